@@ -1,0 +1,350 @@
+// Native MLA tree-verify attention (absorbed MLA, latent KV of 576 = 512 + 64 rope, V = first 512).
+//
+// One launch of `tree_verify_partial_rg{1,2,4}` computes partial attention for every
+// (query tile, KV split, request):
+//   * blockIdx.y <  n_prefix_splits: a contiguous range of the request's prefix, read
+//     page by page with 16-byte cp.async loads (whole 1152-byte token rows, so any page
+//     size, page_size=1 included, is read coalesced), no mask at all;
+//   * blockIdx.y >= n_prefix_splits: a range of the tree block (the nodes' own latents)
+//     under the ancestor mask.
+// Queries of all tree nodes x heads are folded into the MMA M dimension (row r = node*H + head),
+// so a batch-1 verify of 9 nodes x 8 heads is one 80-row problem, not 8 serial walks.
+// Each CTA writes (O / l, lse) partials; `tree_verify_merge` combines them by log-sum-exp.
+//
+// Tensor cores: mma.sync m16n8k16 bf16 -> fp32. A CTA has RG row groups of 16 rows; each row
+// group is a warp pair. Warp `half` 0/1 computes S over head dims [288*half, 288*half+288) and
+// the pair sums its partial S through shared memory; for P.V warp `half` owns output columns
+// [256*half, 256*half+256), so O (16 x 256 fp32) fits in 128 registers per thread.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace tv {
+
+constexpr int D = 576;             // latent + rope
+constexpr int DV = 512;            // value width
+constexpr int DP = D + 8;          // padded shared-memory row: 1168 B, conflict-free ldmatrix
+constexpr int BN = 32;             // keys per tile
+constexpr int KH = D / 2;          // head dims per warp for Q.K^T
+constexpr int VH = DV / 2;         // output columns per warp for P.V
+constexpr int CHUNKS = D * 2 / 16; // 16-byte chunks per token row (72)
+constexpr int STAGES = 3;          // cp.async pipeline depth
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <int RG>
+__device__ __forceinline__ void verify_partial(
+    const __nv_bfloat16* __restrict__ q,         // [B, R, D]
+    const __nv_bfloat16* __restrict__ kv_pool,   // [P, page_size, D]
+    const int* __restrict__ page_table,          // [B, max_pages]
+    const int* __restrict__ prefix_lens,         // [B]
+    const __nv_bfloat16* __restrict__ tree_kv,   // [B, T, D]
+    const uint8_t* __restrict__ tree_mask,       // [B, T, T]
+    float* __restrict__ o_part,                  // [B, NS, R, DV]
+    float* __restrict__ lse_part,                // [B, NS, R]
+    int R, int T, int H, int page_size, int max_pages, int n_prefix_splits, int prefix_tiles_per_split,
+    int tree_tiles_per_split, int NS, float scale_log2) {
+  constexpr int NW = 2 * RG;
+  constexpr int NT = 32 * NW;
+  constexpr int BM = 16 * RG;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem);
+  __nv_bfloat16* sK = sQ + BM * DP;
+  float* sS = reinterpret_cast<float*>(sK + STAGES * BN * DP);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rg = warp >> 1, half = warp & 1;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = blockIdx.x * BM;
+  const int split = blockIdx.y, b = blockIdx.z;
+
+  const bool is_tree = split >= n_prefix_splits;
+  int kv_len, tile_begin, tile_end;
+  if (!is_tree) {
+    kv_len = prefix_lens[b];
+    tile_begin = split * prefix_tiles_per_split;
+    tile_end = min(tile_begin + prefix_tiles_per_split, (kv_len + BN - 1) / BN);
+  } else {
+    kv_len = T;
+    tile_begin = (split - n_prefix_splits) * tree_tiles_per_split;
+    tile_end = min(tile_begin + tree_tiles_per_split, (T + BN - 1) / BN);
+  }
+  const int n_tiles = max(0, tile_end - tile_begin);
+
+  float o[VH / 8][4];
+#pragma unroll
+  for (int i = 0; i < VH / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY};
+  float l_r[2] = {0.f, 0.f};
+
+  if (n_tiles > 0) {
+    const __nv_bfloat16* qb = q + (size_t)b * R * D;
+    for (int i = tid; i < BM * CHUNKS; i += NT) {
+      const int r = i / CHUNKS, c = i - r * CHUNKS;
+      const int gr = row0 + r;
+      cp_async16(sQ + r * DP + c * 8, qb + (size_t)min(gr, R - 1) * D + c * 8, gr < R ? 16 : 0);
+    }
+    // Warp w loads rows w, w + NW, ...: the page-table lookups of all its rows are issued
+    // together (unrolled), then each row's 72 16-byte chunks go out as coalesced cp.async.
+    auto load_tile = [&](int tile, int stage) {
+      constexpr int ROWS_PER_WARP = BN / NW;
+      __nv_bfloat16* dst = sK + stage * BN * DP;
+      const int tok0 = (tile_begin + tile) * BN;
+      const __nv_bfloat16* src[ROWS_PER_WARP];
+      int bytes[ROWS_PER_WARP];
+#pragma unroll
+      for (int j = 0; j < ROWS_PER_WARP; ++j) {
+        const int tok = tok0 + warp + j * NW;
+        const bool ok = tok < kv_len;
+        const int tk = ok ? tok : 0;
+        bytes[j] = ok ? 16 : 0;
+        if (!is_tree) {
+          const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
+          src[j] = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
+        } else {
+          src[j] = tree_kv + ((size_t)b * T + tk) * D;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < ROWS_PER_WARP; ++j) {
+        __nv_bfloat16* d = dst + (warp + j * NW) * DP;
+#pragma unroll
+        for (int c = lane; c < CHUNKS; c += 32) cp_async16(d + c * 8, src[j] + c * 8, bytes[j]);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < n_tiles) load_tile(s, s);
+      cp_async_commit();
+    }
+
+    const int qrow = rg * 16;
+    for (int it = 0; it < n_tiles; ++it) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      {
+        const int nxt = it + STAGES - 1;
+        if (nxt < n_tiles) load_tile(nxt, nxt % STAGES);
+        cp_async_commit();
+      }
+      const __nv_bfloat16* kt = sK + (it % STAGES) * BN * DP;
+
+      // ---- S = Q K^T over this warp's half of the head dims ----
+#ifndef TV_QK_CHAINS
+#define TV_QK_CHAINS 2
+#endif
+      // TV_QK_CHAINS independent accumulator sets over alternating k-steps shorten the
+      // dependent mma chain of Q.K^T (18 k-steps) at the cost of 16 registers.
+      float s[BN / 8][4];
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#if TV_QK_CHAINS == 2
+      float s2[BN / 8][4];
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) s2[i][0] = s2[i][1] = s2[i][2] = s2[i][3] = 0.f;
+#endif
+#pragma unroll 6
+      for (int ks = 0; ks < KH / 16; ++ks) {
+        const int k0 = half * KH + ks * 16;
+        uint32_t a[4];
+        ldmatrix_x4(a, sQ + (qrow + (lane & 15)) * DP + k0 + (lane >> 4) * 8);
+#pragma unroll
+        for (int np = 0; np < BN / 16; ++np) {
+          uint32_t bb[4];
+          ldmatrix_x4(bb, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * DP + k0 + ((lane >> 3) & 1) * 8);
+#if TV_QK_CHAINS == 2
+          if (ks & 1) {
+            mma_bf16(s2[2 * np], a, bb[0], bb[1]);
+            mma_bf16(s2[2 * np + 1], a, bb[2], bb[3]);
+            continue;
+          }
+#endif
+          mma_bf16(s[2 * np], a, bb[0], bb[1]);
+          mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
+        }
+      }
+#if TV_QK_CHAINS == 2
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        s[i][0] += s2[i][0];
+        s[i][1] += s2[i][1];
+        s[i][2] += s2[i][2];
+        s[i][3] += s2[i][3];
+      }
+#endif
+      // ---- the warp pair exchanges partial S through shared memory ----
+      float* mine = sS + warp * 16 * BN;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        *reinterpret_cast<float2*>(&mine[g * BN + nt * 8 + 2 * t4]) = make_float2(s[nt][0], s[nt][1]);
+        *reinterpret_cast<float2*>(&mine[(g + 8) * BN + nt * 8 + 2 * t4]) = make_float2(s[nt][2], s[nt][3]);
+      }
+      __syncthreads();
+      const float* other = sS + (warp ^ 1) * 16 * BN;
+      const int tok0 = (tile_begin + it) * BN;
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int rl = g + (e >> 1) * 8;
+          const int col = nt * 8 + 2 * t4 + (e & 1);
+          const float x = (s[nt][e] + other[rl * BN + col]) * scale_log2;
+          const int tok = tok0 + col;
+          bool vis = tok < kv_len;
+          if (is_tree && vis) {
+            const int node = min(row0 + qrow + rl, R - 1) / H;
+            vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
+          }
+          s[nt][e] = vis ? x : -INFINITY;
+        }
+      }
+      // ---- online softmax (log2 domain), two rows per thread: g and g + 8 ----
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_r[r], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f(m_r[r] - m_use);
+        m_r[r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+          s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+          s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+          sum += s[nt][2 * r] + s[nt][2 * r + 1];
+        }
+        l_r[r] = l_r[r] * alpha + sum;
+#pragma unroll
+        for (int i = 0; i < VH / 8; ++i) {
+          o[i][2 * r] *= alpha;
+          o[i][2 * r + 1] *= alpha;
+        }
+      }
+      // ---- O += P V over this warp's 256 output columns ----
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t a[4];
+        a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const __nv_bfloat16* vrow = kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + half * VH + (lane >> 4) * 8;
+#pragma unroll
+        for (int dp = 0; dp < VH / 16; ++dp) {
+          uint32_t bb[4];
+          ldmatrix_x4_trans(bb, vrow + dp * 16);
+          mma_bf16(o[2 * dp], a, bb[0], bb[1]);
+          mma_bf16(o[2 * dp + 1], a, bb[2], bb[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue: normalised partial output and its lse (natural log) ----
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+  }
+  const int rbase = row0 + rg * 16;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int grow = rbase + g + r * 8;
+    if (grow >= R) continue;
+    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
+    float* dst = o_part + (((size_t)b * NS + split) * R + grow) * DV + half * VH + 2 * t4;
+#pragma unroll
+    for (int i = 0; i < VH / 8; ++i)
+      *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+    if (half == 0 && t4 == 0)
+      lse_part[((size_t)b * NS + split) * R + grow] =
+          l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
+  }
+}
+
+}  // namespace tv
+
+#define TV_INSTANTIATE(RG)                                                                                       \
+  extern "C" __global__ void __launch_bounds__(64 * RG, 1) tree_verify_partial_rg##RG(                          \
+      const __nv_bfloat16* q, const __nv_bfloat16* kv_pool, const int* page_table, const int* prefix_lens,      \
+      const __nv_bfloat16* tree_kv, const uint8_t* tree_mask, float* o_part, float* lse_part, int R, int T,     \
+      int H, int page_size, int max_pages, int n_prefix_splits, int prefix_tiles_per_split,                    \
+      int tree_tiles_per_split, int NS, float scale_log2) {                                                    \
+    tv::verify_partial<RG>(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, o_part, lse_part, R, T, H, \
+                           page_size, max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split,  \
+                           NS, scale_log2);                                                                      \
+  }
+
+TV_INSTANTIATE(1)
+TV_INSTANTIATE(2)
+TV_INSTANTIATE(4)
+
+// Merge the NS partials of every (request, row) by log-sum-exp. Block: 128 threads x 4 columns.
+extern "C" __global__ void __launch_bounds__(128) tree_verify_merge(const float* __restrict__ o_part,
+                                                                    const float* __restrict__ lse_part,
+                                                                    __nv_bfloat16* __restrict__ out,
+                                                                    float* __restrict__ lse_out, int R, int NS) {
+  const int r = blockIdx.x, b = blockIdx.y;
+  const float* lp = lse_part + (size_t)b * NS * R + r;
+  float mx = -INFINITY;
+  for (int s = 0; s < NS; ++s) mx = fmaxf(mx, lp[(size_t)s * R]);
+  const int d = threadIdx.x * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float sum = 0.f;
+  if (mx != -INFINITY) {
+    for (int s = 0; s < NS; ++s) {
+      const float w = __expf(lp[(size_t)s * R] - mx);
+      if (w == 0.f) continue;
+      sum += w;
+      const float4 v = *reinterpret_cast<const float4*>(o_part + (((size_t)b * NS + s) * R + r) * tv::DV + d);
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
+    }
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  __nv_bfloat16* dst = out + ((size_t)b * R + r) * tv::DV + d;
+  *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (threadIdx.x == 0) lse_out[(size_t)b * R + r] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}

@@ -1,0 +1,134 @@
+"""The native CUDA tree-verify kernel (``kernels/tree_verify_mla.cu``) as a torch op."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
+
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "LaunchPlan", "smem_bytes"]
+
+BN = 32  # keys per tile (must match the .cu)
+STAGES = 3
+DP = MLA_HEAD_DIM + 8
+
+
+def smem_bytes(rg: int) -> int:
+    bm, nw = 16 * rg, 2 * rg
+    return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * BN * 4
+
+
+@dataclass
+class LaunchPlan:
+    rg: int  # row groups of 16 query rows per CTA (1, 2 or 4)
+    m_tiles: int
+    n_prefix_splits: int
+    prefix_tiles_per_split: int
+    n_tree_splits: int
+    tree_tiles_per_split: int
+
+    @property
+    def splits(self) -> int:
+        return self.n_prefix_splits + self.n_tree_splits
+
+
+def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int, rg: int | None = None, prefix_splits: int | None = None) -> LaunchPlan:
+    """Split-KV plan: enough prefix splits that query tiles x splits x batch fills the SMs once."""
+    if rg is None:
+        rg = 1 if rows <= 16 else 2 if rows <= 32 else 4
+    if rg not in (1, 2, 4):
+        raise ValueError(f"rg must be 1, 2 or 4, got {rg}")
+    m_tiles = math.ceil(rows / (16 * rg))
+    prefix_tiles = math.ceil(max_prefix / BN)
+    if prefix_tiles == 0:
+        n_prefix, per = 0, 1
+    else:
+        want = prefix_splits or max(1, math.ceil(num_sms / (m_tiles * batch)))
+        per = math.ceil(prefix_tiles / min(want, prefix_tiles))
+        n_prefix = math.ceil(prefix_tiles / per)
+    tree_tiles = math.ceil(nodes / BN)
+    tree_per = min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
+    n_tree = math.ceil(tree_tiles / tree_per)
+    return LaunchPlan(rg, m_tiles, n_prefix, per, n_tree, tree_per)
+
+
+class NativeTreeVerify:
+    """Validated, allocated and planned once; ``run()`` only launches (two kernels).
+
+    Same contract as ``tree_verify_attention_ref``: needs bf16 ``q``/``kv_pool``/``tree_kv`` of
+    head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
+    float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
+    ``defines`` selects a compile-time kernel variant (see the .cu).
+    """
+
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, defines=None):
+        import numpy as np
+
+        from .. import kernels
+
+        x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, MLA_V_DIM, check_pages=check)
+        for name, t in (("q", x.q), ("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
+            if t.dtype != torch.bfloat16:
+                raise ValueError(f"the native kernel needs bf16 {name}, got {t.dtype}")
+            if not t.is_cuda:
+                raise ValueError(f"the native kernel needs {name} on a CUDA device")
+        if x.head_dim != MLA_HEAD_DIM:
+            raise ValueError(f"the native kernel is built for head dim {MLA_HEAD_DIM}, got {x.head_dim}")
+        dev = x.q.device
+        for name, t in (("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
+            if t.device != dev:
+                raise ValueError(f"{name} is on {t.device}, q on {dev}")
+        b, t, h, _ = x.q.shape
+        rows = t * h
+        self.batched = x.batched
+        self.device = dev
+        self._keep = (
+            x.q.contiguous(),
+            x.kv_pool.contiguous(),
+            x.page_table.to(device=dev, dtype=torch.int32).contiguous(),
+            x.prefix_lens.to(device=dev, dtype=torch.int32).contiguous(),
+            x.tree_kv.contiguous(),
+            x.tree_mask.to(device=dev, dtype=torch.uint8).contiguous(),
+        )
+        q_, pool, pt, lens, tkv, mask = self._keep
+        num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        self.plan = plan = plan_launch(rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits)
+        ns = plan.splits
+        self.o_part = torch.empty(b, ns, rows, MLA_V_DIM, device=dev, dtype=torch.float32)
+        self.lse_part = torch.empty(b, ns, rows, device=dev, dtype=torch.float32)
+        self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
+        self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
+        with torch.cuda.device(dev):
+            mod = kernels.load_module("tree_verify_mla", dev.index, defines=defines)
+        self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
+        self._merge = mod.get_function("tree_verify_merge")
+        ptr = lambda a: np.uintp(a.data_ptr())  # noqa: E731
+        i32 = np.int32
+        self._partial_args = (
+            ptr(q_), ptr(pool), ptr(pt), ptr(lens), ptr(tkv), ptr(mask), ptr(self.o_part), ptr(self.lse_part),
+            i32(rows), i32(t), i32(h), i32(pool.shape[1]), i32(pt.shape[1]), i32(plan.n_prefix_splits),
+            i32(plan.prefix_tiles_per_split), i32(plan.tree_tiles_per_split), i32(ns),
+            np.float32(scale * math.log2(math.e)),
+        )
+        self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
+        self._grid = (plan.m_tiles, ns, b)
+        self._block = (64 * plan.rg, 1, 1)
+        self._merge_grid = (rows, b, 1)
+
+    def run(self):
+        from .. import kernels
+
+        idx = self.device.index
+        kernels.launch(self._partial, self._grid, self._block, self._partial_args, shared=smem_bytes(self.plan.rg), device_index=idx)
+        kernels.launch(self._merge, self._merge_grid, (128, 1, 1), self._merge_args, device_index=idx)
+        return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
+
+
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True):
+    """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
+    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check)
+    out, lse = op.run()
+    return out.clone(), lse.clone()

@@ -1,0 +1,321 @@
+"""Benchmarks: ceilings, correctness on the GPU, and the context sweep of notebooks 03 and 05.
+
+Run on a GPU machine::
+
+    python -m specdiag.bench check  --out data/native_check.json
+    python -m specdiag.bench sweep  --out data/context_sweep_h200.json [--quick]
+
+Every result file carries ``machine_metadata()`` so a notebook can say where numbers came from.
+Timing follows the project's method: CUDA events through ``triton.testing.do_bench`` (median,
+L2 flushed before each call), inputs rotated over page sets whose total exceeds twice the L2,
+ceilings (copy bandwidth, bf16 GEMM rate) measured in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .attention.inputs import KV_BYTES_PER_TOKEN, MLA_HEAD_DIM, MLA_V_DIM, make_verify_inputs, relative_error
+
+__all__ = [
+    "attention_cost",
+    "machine_metadata",
+    "measure_ceilings",
+    "check_native",
+    "context_sweep",
+    "SWEEP_CONTEXTS",
+    "SWEEP_HEADS",
+    "SWEEP_TREES",
+    "LAYERS",
+]
+
+SWEEP_CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072, 185000)
+SWEEP_HEADS = (8, 64)
+SWEEP_TREES = (9, 65, 257)
+LAYERS = 61  # Kimi-K2
+SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
+
+
+def attention_cost(prefix: int, nodes: int, heads: int, batch: int = 1) -> dict:
+    """Minimum bytes and FLOPs of one layer's verify attention.
+
+    Bytes: each prefix/tree latent read once, q read once, out written once (bf16).
+    FLOPs: 2 * rows * keys * (576 + 512), keys = prefix + nodes (the tree block counted dense).
+    """
+    rows = nodes * heads * batch
+    keys = prefix + nodes
+    bytes_ = batch * (prefix + nodes) * KV_BYTES_PER_TOKEN + rows * MLA_HEAD_DIM * 2 + rows * MLA_V_DIM * 2
+    flops = 2.0 * rows * keys * (MLA_HEAD_DIM + MLA_V_DIM)
+    return {"bytes": bytes_, "flops": flops, "kv_bytes": batch * prefix * KV_BYTES_PER_TOKEN}
+
+
+def machine_metadata() -> dict:
+    meta = {
+        "recorded_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "host": platform.node(),
+    }
+    try:
+        import triton
+
+        meta["triton"] = triton.__version__
+    except ImportError:
+        meta["triton"] = None
+    try:
+        import pycuda
+
+        meta["pycuda"] = getattr(pycuda, "VERSION_TEXT", None)
+    except ImportError:
+        meta["pycuda"] = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        meta.update(
+            gpu=p.name,
+            sm_count=p.multi_processor_count,
+            l2_bytes=getattr(p, "L2_cache_size", None),
+            memory_bytes=p.total_memory,
+            capability=f"{p.major}.{p.minor}",
+            cuda_runtime=torch.version.cuda,
+        )
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            meta["driver"] = pynvml.nvmlSystemGetDriverVersion()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            meta["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+        except Exception as e:  # pragma: no cover - machine dependent
+            meta["driver"] = f"unavailable ({type(e).__name__})"
+    return meta
+
+
+def _do_bench(fn, rep_ms: float = 60.0) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"))
+
+
+def measure_ceilings(copy_bytes: int = 2 << 30, gemm: int = 8192) -> dict:
+    """Device-to-device copy bandwidth (read + write bytes) and bf16 GEMM rate on random data."""
+    a = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    t_copy = _do_bench(lambda: b.copy_(a))
+    del a, b
+    x = torch.randn(gemm, gemm, device="cuda", dtype=torch.bfloat16)
+    y = torch.randn(gemm, gemm, device="cuda", dtype=torch.bfloat16)
+    t_gemm = _do_bench(lambda: x @ y)
+    # the verify attention's own GEMM shape: QK^T of 576 rows x 65536 keys x 576
+    qa = torch.randn(576, 576, device="cuda", dtype=torch.bfloat16)
+    kb = torch.randn(65536, 576, device="cuda", dtype=torch.bfloat16)
+    t_qk = _do_bench(lambda: qa @ kb.T)
+    return {
+        "copy_bytes": copy_bytes,
+        "copy_ms": t_copy,
+        "copy_tb_s": 2 * copy_bytes / (t_copy * 1e-3) / 1e12,
+        "gemm_n": gemm,
+        "gemm_ms": t_gemm,
+        "gemm_tflop_s": 2 * gemm**3 / (t_gemm * 1e-3) / 1e12,
+        "qk_gemm_tflop_s": 2 * 576 * 65536 * 576 / (t_qk * 1e-3) / 1e12,
+    }
+
+
+def check_native(cases=None, seed: int = 1234) -> list[dict]:
+    """Native kernel vs float64 reference on fresh random inputs, outputs poisoned first."""
+    from .attention.native import NativeTreeVerify
+    from .attention.reference import tree_verify_attention_ref
+
+    if cases is None:
+        cases = [
+            # (prefix_lens, nodes, heads, page_size, tree_shape, rg)
+            ([1000], 9, 8, 64, "random", None),
+            ([0], 9, 8, 64, "chain", None),
+            ([1], 1, 1, 1, "chain", None),
+            ([4097, 33, 2000], 65, 8, 16, "random", None),
+            ([3000], 257, 8, 1, "fan", None),
+            ([5000], 65, 64, 128, "random", None),
+            ([70000], 9, 8, 64, "random", None),
+            ([777, 3001], 1024, 2, 64, "random", None),
+            ([2500], 17, 8, 64, "random", 1),
+            ([2500], 17, 8, 64, "random", 2),
+            ([2500], 17, 8, 64, "random", 4),
+            ([123], 3, 128, 1, "chain", None),
+        ]
+    results = []
+    for i, (lens, nodes, heads, ps, shape, rg) in enumerate(cases):
+        x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg)
+        op.out.fill_(float("nan"))
+        op.lse.fill_(float("nan"))
+        op.o_part.fill_(float("nan"))
+        out, lse = op.run()
+        torch.cuda.synchronize()
+        written = bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
+        cpu = {k: v.cpu() for k, v in x.items()}
+        ref_o, ref_l = tree_verify_attention_ref(**cpu, scale=SOFTMAX_SCALE)
+        results.append(
+            dict(
+                prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
+                splits=op.plan.splits, all_written=written,
+                rel_err_out=relative_error(out, ref_o), rel_err_lse=relative_error(lse, ref_l),
+            )
+        )
+    return results
+
+
+class _Rotation:
+    """Page tables over disjoint page ranges of one pool, so consecutive calls miss in L2."""
+
+    def __init__(self, prefix: int, page_size: int, nodes: int, heads: int, l2_bytes: int, seed: int = 0, max_sets: int = 16):
+        per_set = max(1, prefix) * KV_BYTES_PER_TOKEN
+        self.n = max(1, min(max_sets, math.ceil(2 * l2_bytes / per_set)))
+        pages = math.ceil(prefix / page_size)
+        g = torch.Generator().manual_seed(seed)
+        total = max(1, pages * self.n)
+        self.pool = torch.empty(total, page_size, MLA_HEAD_DIM, dtype=torch.bfloat16, device="cuda").normal_()
+        perm = torch.randperm(total, generator=g).to(torch.int32)
+        self.page_tables = [perm[i * pages : (i + 1) * pages].view(1, -1).cuda() if pages else torch.zeros(1, 1, dtype=torch.int32, device="cuda") for i in range(self.n)]
+        x, _ = make_verify_inputs([0], nodes, heads, page_size=page_size, seed=seed, device="cuda")
+        self.q, self.tree_kv, self.tree_mask = x["q"], x["tree_kv"], x["tree_mask"]
+        self.prefix_lens = torch.tensor([prefix], dtype=torch.int32, device="cuda")
+
+    def inputs(self, i: int) -> dict:
+        return dict(q=self.q, kv_pool=self.pool, page_table=self.page_tables[i % self.n], prefix_lens=self.prefix_lens, tree_kv=self.tree_kv, tree_mask=self.tree_mask)
+
+
+def _time_rotating(calls, rep_ms: float) -> float:
+    state = {"i": 0}
+
+    def fn():
+        calls[state["i"] % len(calls)]()
+        state["i"] += 1
+
+    return _do_bench(fn, rep_ms)
+
+
+def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES, impls=("native", "native_ps1", "triton", "torch"), rep_ms: float = 60.0, naive_limit_bytes: float = 4e9, progress=print) -> list[dict]:
+    """Time each implementation per (context, heads, tree); returns one row per measurement."""
+    from .attention.native import NativeTreeVerify
+    from .attention.reference import tree_verify_attention_ref
+    from .attention.triton_extend import extend_attention_fwd, prepare_extend_inputs
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for ctx in contexts:
+        for h in heads:
+            for t in trees:
+                cost = attention_cost(ctx, t, h)
+                for impl in impls:
+                    ps = 64 if impl == "native" else 1
+                    if impl == "torch" and t * h * (ctx + t) * 4 > naive_limit_bytes:
+                        rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=None, skipped="score matrix too large for the naive path", **cost))
+                        continue
+                    rot = _Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
+                    t0 = time.time()
+                    extra = {}
+                    if impl.startswith("native"):
+                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False) for i in range(rot.n)]
+                        calls = [op.run for op in ops]
+                        extra = dict(rg=ops[0].plan.rg, splits=ops[0].plan.splits, ctas=ops[0].plan.m_tiles * ops[0].plan.splits)
+                    elif impl == "triton":
+                        preps = [prepare_extend_inputs(**rot.inputs(i)) for i in range(rot.n)]
+                        calls = [(lambda p=p: extend_attention_fwd(p, SOFTMAX_SCALE)) for p in preps]
+                        extra = dict(ctas=h * math.ceil(t / (16 if t <= 16 else 32)))
+                    elif impl == "torch":
+                        calls = [(lambda i=i: tree_verify_attention_ref(**rot.inputs(i), scale=SOFTMAX_SCALE, dtype=torch.bfloat16)) for i in range(min(rot.n, 4))]
+                    else:
+                        raise ValueError(f"unknown implementation {impl!r}")
+                    ms = _time_rotating(calls, rep_ms)
+                    row = dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, rotation_sets=rot.n, **cost, **extra)
+                    row["tb_s"] = cost["bytes"] / (ms * 1e-3) / 1e12
+                    row["tflop_s"] = cost["flops"] / (ms * 1e-3) / 1e12
+                    rows.append(row)
+                    progress(f"{impl:>10} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.3f} ms  {row['tb_s']:.2f} TB/s  {row['tflop_s']:.1f} TFLOP/s  ({time.time() - t0:.1f}s)")
+                    del rot, calls
+                    torch.cuda.empty_cache()
+    return rows
+
+
+def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: float = 40.0, progress=print) -> list[dict]:
+    """Native kernel variants (QK chains, rows per CTA, split count) on a few configurations."""
+    from .attention.native import NativeTreeVerify
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for ctx, h, t in configs:
+        rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h)
+        cost = attention_cost(ctx, t, h)
+        for chains in (1, 2):
+            for rg in (1, 2, 4):
+                for waves in (1, 2, 4):
+                    m_tiles = math.ceil(t * h / (16 * rg))
+                    splits = max(1, math.ceil(waves * sms / m_tiles))
+                    ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False, defines={"TV_QK_CHAINS": chains}) for i in range(rot.n)]
+                    ms = _time_rotating([op.run for op in ops], rep_ms)
+                    row = dict(context=ctx, heads=h, nodes=t, chains=chains, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms,
+                               tb_s=cost["bytes"] / (ms * 1e-3) / 1e12, tflop_s=cost["flops"] / (ms * 1e-3) / 1e12)
+                    rows.append(row)
+                    progress(f"ctx={ctx} H={h} T={t} chains={chains} rg={rg} waves={waves} splits={row['splits']}: {ms:.3f} ms {row['tb_s']:.2f} TB/s {row['tflop_s']:.1f} TFLOP/s")
+                    del ops
+        del rot
+        torch.cuda.empty_cache()
+    return rows
+
+
+def save(path: str | Path, kind: str, payload: dict) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"kind": kind, "machine": machine_metadata(), **payload}
+    path.write_text(json.dumps(doc, indent=1, default=float))
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdiag.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune"])
+    ap.add_argument("--contexts", default=None, help="comma-separated prefix lengths (default: the full sweep)")
+    ap.add_argument("--heads", default=None, help="comma-separated head counts")
+    ap.add_argument("--trees", default=None, help="comma-separated tree sizes (nodes, root included)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true", help="a few contexts only")
+    ap.add_argument("--rep-ms", type=float, default=60.0)
+    ap.add_argument("--impls", default="native,native_ps1,triton,torch")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
+        return 2
+    if a.mode == "check":
+        res = check_native()
+        for r in res:
+            print(r)
+        save(a.out, "native_check", {"results": res})
+        bad = [r for r in res if not r["all_written"] or r["rel_err_out"] > 1e-2 or r["rel_err_lse"] > 1e-3]
+        print(f"{len(res) - len(bad)} passed, {len(bad)} failed")
+        return 1 if bad else 0
+    if a.mode == "tune":
+        save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
+        return 0
+    ceilings = measure_ceilings()
+    print(ceilings)
+    if a.mode == "ceilings":
+        save(a.out, "ceilings", {"ceilings": ceilings})
+        return 0
+    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
+    contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else SWEEP_CONTEXTS)
+    rows = context_sweep(contexts=contexts, heads=ints(a.heads, SWEEP_HEADS), trees=ints(a.trees, SWEEP_TREES), impls=tuple(a.impls.split(",")), rep_ms=a.rep_ms)
+    save(a.out, "context_sweep", {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Load the project's CUDA sources (``kernels/*.cu``) through pycuda, inside PyTorch's context.
+
+* The sources ship as package data (``specdiag._cu``) so a non-editable install finds them.
+* pycuda joins the device's *primary* context, the one PyTorch's runtime uses, instead of
+  creating its own (no ``pycuda.autoinit``), so torch tensors' pointers are valid in kernels.
+* Launches go to torch's current stream: directly when it is the legacy default stream, and
+  otherwise through a pycuda stream fenced with events in both directions.
+* ``nvcc_check`` compiles a source for a target with ``-Xptxas -v`` and parses the resource
+  report (registers, spills, shared memory): usable on machines with nvcc and no GPU.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.resources
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["kernel_names", "kernel_source", "kernel_path", "nvcc_check", "PtxasFunction", "load_module", "launch"]
+
+_REPO_KERNELS = Path(__file__).resolve().parents[2] / "kernels"
+
+
+def _kernel_dir():
+    try:
+        d = importlib.resources.files("specdiag._cu")
+        if any(p.name.endswith(".cu") for p in d.iterdir()):
+            return d
+    except (ModuleNotFoundError, FileNotFoundError, TypeError):
+        pass
+    return _REPO_KERNELS
+
+
+def kernel_names() -> list[str]:
+    """Names (without .cu) of every CUDA source the package ships."""
+    return sorted(p.name[:-3] for p in _kernel_dir().iterdir() if p.name.endswith(".cu"))
+
+
+def kernel_source(name: str) -> str:
+    p = _kernel_dir() / f"{name}.cu"
+    if not p.is_file():
+        raise FileNotFoundError(f"no CUDA source {name!r}; shipped: {kernel_names()}")
+    return p.read_text()
+
+
+def kernel_path(name: str) -> Path:
+    """A real file path for the source (copied out of a zipped install if needed)."""
+    p = _kernel_dir() / f"{name}.cu"
+    if isinstance(p, Path) and p.is_file():
+        return p
+    tmp = Path(tempfile.mkdtemp(prefix="specdiag-cu-")) / f"{name}.cu"
+    tmp.write_text(kernel_source(name))
+    return tmp
+
+
+@dataclass
+class PtxasFunction:
+    name: str
+    registers: int
+    stack_frame: int
+    spill_stores: int
+    spill_loads: int
+    shared_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+
+def nvcc_check(name: str, arch: str = "sm_90", nvcc: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, PtxasFunction]:
+    """Compile ``kernels/<name>.cu`` to a cubin for ``arch`` and parse ptxas' resource report."""
+    exe = nvcc or shutil.which("nvcc")
+    if exe is None:
+        raise FileNotFoundError("nvcc is not on PATH")
+    with tempfile.TemporaryDirectory() as td:
+        cmd = [exe, f"-arch={arch}", "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(kernel_path(name)), *extra]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {name}.cu ({arch}):\n{res.stderr}")
+    return parse_ptxas(res.stderr)
+
+
+def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
+    funcs: dict[str, PtxasFunction] = {}
+    current = None
+    frame = stores = loads = 0
+    for line in report.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            frame, stores, loads = map(int, m.groups())
+            continue
+        m = re.search(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", line)
+        if m and current:
+            funcs[current] = PtxasFunction(current, int(m.group(1)), frame, stores, loads, int(m.group(2) or 0))
+            current, frame, stores, loads = None, 0, 0, 0
+    if not funcs:
+        raise RuntimeError(f"no ptxas resource report found in:\n{report}")
+    return funcs
+
+
+# --------------------------------------------------------------------------- runtime (GPU)
+
+_modules: dict[tuple[str, int], object] = {}
+_contexts: dict[int, object] = {}
+_streams: dict[int, object] = {}
+
+
+def _primary_context(device_index: int):
+    import pycuda.driver as cuda
+
+    if device_index not in _contexts:
+        cuda.init()
+        ctx = cuda.Device(device_index).retain_primary_context()
+        ctx.push()
+        _contexts[device_index] = ctx
+        atexit.register(_pop_context, ctx)
+    return _contexts[device_index]
+
+
+def _pop_context(ctx) -> None:
+    try:
+        ctx.pop()
+    except Exception:  # interpreter shutdown: the context may already be gone
+        pass
+
+
+def load_module(name: str, device_index: int | None = None, arch: str | None = None, defines: dict | None = None):
+    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device.
+
+    ``defines`` become ``-DKEY=VALUE`` options (kernel variants, e.g. ``TV_QK_CHAINS``).
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("native kernels need a CUDA GPU; torch sees none")
+    try:
+        from pycuda.compiler import SourceModule
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise RuntimeError("pycuda is not installed: pip install 'specdiag[gpu]'") from e
+    dev = torch.cuda.current_device() if device_index is None else int(device_index)
+    opts = tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
+    key = (name, dev, opts)
+    if key not in _modules:
+        torch.cuda.init()
+        _primary_context(dev)
+        if arch is None:
+            major, minor = torch.cuda.get_device_capability(dev)
+            arch = f"sm_{major}{minor}"
+        _modules[key] = SourceModule(kernel_source(name), arch=arch, no_extern_c=True, options=["-O3", "-std=c++17", *opts])
+    return _modules[key]
+
+
+def launch(func, grid, block, args, shared: int = 0, device_index: int | None = None) -> None:
+    """Launch a pycuda function on torch's current stream."""
+    import torch
+
+    dev = torch.cuda.current_device() if device_index is None else int(device_index)
+    current = torch.cuda.current_stream(dev)
+    if shared > 48 * 1024:
+        import pycuda.driver as cuda
+
+        func.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
+    if current.cuda_stream == 0:
+        func(*args, grid=tuple(grid), block=tuple(block), shared=shared)
+        return
+    import pycuda.driver as cuda
+
+    if dev not in _streams:
+        _streams[dev] = cuda.Stream()
+    ps = _streams[dev]
+    ext = torch.cuda.ExternalStream(ps.handle, device=dev)
+    before = torch.cuda.Event()
+    before.record(current)
+    ext.wait_event(before)
+    func(*args, grid=tuple(grid), block=tuple(block), shared=shared, stream=ps)
+    after = torch.cuda.Event()
+    after.record(ext)
+    current.wait_event(after)
