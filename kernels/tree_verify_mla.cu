@@ -162,19 +162,9 @@ __device__ __forceinline__ void verify_partial(
       const __nv_bfloat16* kt = sK + (it % STAGES) * BN * DP;
 
       // ---- S = Q K^T over this warp's half of the head dims ----
-#ifndef TV_QK_CHAINS
-#define TV_QK_CHAINS 2
-#endif
-      // TV_QK_CHAINS independent accumulator sets over alternating k-steps shorten the
-      // dependent mma chain of Q.K^T (18 k-steps) at the cost of 16 registers.
       float s[BN / 8][4];
 #pragma unroll
       for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-#if TV_QK_CHAINS == 2
-      float s2[BN / 8][4];
-#pragma unroll
-      for (int i = 0; i < BN / 8; ++i) s2[i][0] = s2[i][1] = s2[i][2] = s2[i][3] = 0.f;
-#endif
 #pragma unroll 6
       for (int ks = 0; ks < KH / 16; ++ks) {
         const int k0 = half * KH + ks * 16;
@@ -184,26 +174,10 @@ __device__ __forceinline__ void verify_partial(
         for (int np = 0; np < BN / 16; ++np) {
           uint32_t bb[4];
           ldmatrix_x4(bb, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * DP + k0 + ((lane >> 3) & 1) * 8);
-#if TV_QK_CHAINS == 2
-          if (ks & 1) {
-            mma_bf16(s2[2 * np], a, bb[0], bb[1]);
-            mma_bf16(s2[2 * np + 1], a, bb[2], bb[3]);
-            continue;
-          }
-#endif
           mma_bf16(s[2 * np], a, bb[0], bb[1]);
           mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
         }
       }
-#if TV_QK_CHAINS == 2
-#pragma unroll
-      for (int i = 0; i < BN / 8; ++i) {
-        s[i][0] += s2[i][0];
-        s[i][1] += s2[i][1];
-        s[i][2] += s2[i][2];
-        s[i][3] += s2[i][3];
-      }
-#endif
       // ---- the warp pair exchanges partial S through shared memory ----
       float* mine = sS + warp * 16 * BN;
 #pragma unroll

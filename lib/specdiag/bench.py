@@ -246,7 +246,7 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
 
 
 def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: float = 40.0, progress=print) -> list[dict]:
-    """Native kernel variants (QK chains, rows per CTA, split count) on a few configurations."""
+    """Native kernel launch variants (rows per CTA, split count) on a few configurations."""
     from .attention.native import NativeTreeVerify
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -255,18 +255,17 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
     for ctx, h, t in configs:
         rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h)
         cost = attention_cost(ctx, t, h)
-        for chains in (1, 2):
-            for rg in (1, 2, 4):
-                for waves in (1, 2, 4):
-                    m_tiles = math.ceil(t * h / (16 * rg))
-                    splits = max(1, math.ceil(waves * sms / m_tiles))
-                    ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False, defines={"TV_QK_CHAINS": chains}) for i in range(rot.n)]
-                    ms = _time_rotating([op.run for op in ops], rep_ms)
-                    row = dict(context=ctx, heads=h, nodes=t, chains=chains, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms,
-                               tb_s=cost["bytes"] / (ms * 1e-3) / 1e12, tflop_s=cost["flops"] / (ms * 1e-3) / 1e12)
-                    rows.append(row)
-                    progress(f"ctx={ctx} H={h} T={t} chains={chains} rg={rg} waves={waves} splits={row['splits']}: {ms:.3f} ms {row['tb_s']:.2f} TB/s {row['tflop_s']:.1f} TFLOP/s")
-                    del ops
+        for rg in (1, 2, 4):
+            for waves in (1, 2, 4):
+                m_tiles = math.ceil(t * h / (16 * rg))
+                splits = max(1, math.ceil(waves * sms / m_tiles))
+                ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False) for i in range(rot.n)]
+                ms = _time_rotating([op.run for op in ops], rep_ms)
+                row = dict(context=ctx, heads=h, nodes=t, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms,
+                           tb_s=cost["bytes"] / (ms * 1e-3) / 1e12, tflop_s=cost["flops"] / (ms * 1e-3) / 1e12)
+                rows.append(row)
+                progress(f"ctx={ctx} H={h} T={t} rg={rg} waves={waves} splits={row['splits']}: {ms:.3f} ms {row['tb_s']:.2f} TB/s {row['tflop_s']:.1f} TFLOP/s")
+                del ops
         del rot
         torch.cuda.empty_cache()
     return rows

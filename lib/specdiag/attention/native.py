@@ -36,17 +36,26 @@ class LaunchPlan:
 
 
 def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int, rg: int | None = None, prefix_splits: int | None = None) -> LaunchPlan:
-    """Split-KV plan: enough prefix splits that query tiles x splits x batch fills the SMs once."""
+    """Split-KV plan.
+
+    Defaults come from the H200 tuning run (data/native_tune_h200.json): 64 query rows per CTA
+    (rg=4) was fastest at every shape tried, even at 72 rows, since a CTA's time per key tile
+    barely depends on its rows; prefix splits fill the SMs once when there are few query tiles
+    and about four times over when there are many (less tail).
+    """
     if rg is None:
-        rg = 1 if rows <= 16 else 2 if rows <= 32 else 4
+        rg = 4
     if rg not in (1, 2, 4):
         raise ValueError(f"rg must be 1, 2 or 4, got {rg}")
+    if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
+        raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
     m_tiles = math.ceil(rows / (16 * rg))
     prefix_tiles = math.ceil(max_prefix / BN)
     if prefix_tiles == 0:
         n_prefix, per = 0, 1
     else:
-        want = prefix_splits or max(1, math.ceil(num_sms / (m_tiles * batch)))
+        waves = 1 if m_tiles * batch * 4 <= num_sms else 4
+        want = prefix_splits or max(1, math.ceil(waves * num_sms / (m_tiles * batch)))
         per = math.ceil(prefix_tiles / min(want, prefix_tiles))
         n_prefix = math.ceil(prefix_tiles / per)
     tree_tiles = math.ceil(nodes / BN)

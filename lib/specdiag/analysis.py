@@ -1,0 +1,66 @@
+"""Arithmetic behind notebooks 03 and 05: floors, gaps, per-step times."""
+
+from __future__ import annotations
+
+from .attention.inputs import KV_BYTES_PER_TOKEN
+from .bench import LAYERS
+
+__all__ = ["kv_bytes_per_step", "floor_ms", "bandwidth_gap", "add_roofline", "speedup_table", "INCIDENT"]
+
+# Figures as reported by the deployment's postmortem (not measured by this workbook).
+INCIDENT = {
+    "model": "Kimi-K2-style MLA, 61 layers, latent KV 576 bf16 / token / layer",
+    "step_ms": {32768: 159.0, 65536: 327.0, 185000: 1430.0},
+    "tok_s_at_185k": 0.7,
+    "kv_gb_at_64k": 4.5,
+    "floor_ms_at_64k_quoted": 2.5,
+    "gap_quoted": 130,
+    "nvidia_smi_util_pct": 99.8,
+    "mem_controller_busy_pct": 1.2,
+    "power_pct_tdp": 22,
+    "tensor_pipe_decode_pct": 3,
+    "tensor_pipe_prefill_pct": (50, 90),
+}
+
+
+def kv_bytes_per_step(context: int, layers: int = LAYERS) -> int:
+    """Latent KV bytes one decode step must read: every layer's prefix once."""
+    if context < 0 or layers < 1:
+        raise ValueError("context must be >= 0 and layers >= 1")
+    return context * KV_BYTES_PER_TOKEN * layers
+
+
+def floor_ms(bytes_: float, flops: float, copy_tb_s: float, gemm_tflop_s: float) -> float:
+    """max(bytes / bandwidth, FLOPs / matrix rate) in milliseconds."""
+    if copy_tb_s <= 0 or gemm_tflop_s <= 0:
+        raise ValueError("ceilings must be positive")
+    return max(bytes_ / (copy_tb_s * 1e12), flops / (gemm_tflop_s * 1e12)) * 1e3
+
+
+def bandwidth_gap(context: int, observed_step_ms: float, copy_tb_s: float, layers: int = LAYERS) -> dict:
+    """How far an observed step time is above the time to stream the step's KV once."""
+    b = kv_bytes_per_step(context, layers)
+    t = b / (copy_tb_s * 1e12) * 1e3
+    return {"context": context, "kv_gb": b / 1e9, "floor_ms": t, "observed_ms": observed_step_ms, "gap": observed_step_ms / t}
+
+
+def add_roofline(df, ceilings: dict, layers: int = LAYERS):
+    """Columns: floor_ms (per layer), x_floor (measured / floor), step_ms (x layers)."""
+    df = df.copy()
+    bw, rate = ceilings["copy_tb_s"], ceilings["gemm_tflop_s"]
+    df["floor_ms"] = [floor_ms(b, f, bw, rate) for b, f in zip(df["bytes"], df["flops"])]
+    df["bound"] = ["memory" if b / bw > f / rate else "compute" for b, f in zip(df["bytes"], df["flops"])]
+    df["x_floor"] = df["ms"] / df["floor_ms"]
+    df["step_ms"] = df["ms"] * layers
+    return df
+
+
+def speedup_table(df, base: str = "triton", new: str = "native"):
+    """One row per (context, heads, nodes): base and new per-layer ms and the ratio."""
+    keys = ["context", "heads", "nodes"]
+    a = df[df.impl == base].set_index(keys)["ms"].rename(f"{base}_ms")
+    b = df[df.impl == new].set_index(keys)["ms"].rename(f"{new}_ms")
+    out = a.to_frame().join(b, how="inner")
+    out["speedup"] = out[f"{base}_ms"] / out[f"{new}_ms"]
+    return out.reset_index()
+
