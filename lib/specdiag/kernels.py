@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["kernel_names", "kernel_source", "kernel_path", "nvcc_check", "PtxasFunction", "load_module", "launch"]
+__all__ = ["kernel_names", "kernel_source", "kernel_path", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch"]
 
 _REPO_KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -82,6 +82,32 @@ def nvcc_check(name: str, arch: str = "sm_90", nvcc: str | None = None, extra: t
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}.cu ({arch}):\n{res.stderr}")
     return parse_ptxas(res.stderr)
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump from PATH, else the copy Triton's NVIDIA backend ships."""
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    try:
+        import triton
+
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        return str(cand) if cand.is_file() else None
+    except ImportError:
+        return None
+
+
+def sass(name: str, arch: str = "sm_90", nvcc: str | None = None) -> str:
+    """Disassembly (SASS) of ``kernels/<name>.cu`` built for ``arch``; needs nvcc and cuobjdump."""
+    exe = nvcc or shutil.which("nvcc")
+    dump = find_cuobjdump()
+    if exe is None or dump is None:
+        raise FileNotFoundError("sass() needs nvcc and cuobjdump (PATH or Triton's bundled copy)")
+    with tempfile.TemporaryDirectory() as td:
+        cubin = Path(td) / "k.cubin"
+        subprocess.run([exe, f"-arch={arch}", "-cubin", "-O3", "-o", str(cubin), str(kernel_path(name))], check=True, capture_output=True)
+        return subprocess.run([dump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
 def parse_ptxas(report: str) -> dict[str, PtxasFunction]:

@@ -69,11 +69,16 @@ def parse_param(text: str):
 
 
 def _failing_cell(nb) -> str:
-    for i, cell in enumerate(nb.cells):
+    """'code cell N (first line): Error: message', N counting the notebook's own code cells from 1."""
+    n = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            continue
+        n += 1
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 first = cell.source.strip().splitlines()[0] if cell.source.strip() else ""
-                return f"cell {i} ({first[:60]!r}): {out.get('ename')}: {out.get('evalue')}"
+                return f"code cell {n} ({first[:60]!r}): {out.get('ename')}: {out.get('evalue')}"
     return "unknown cell"
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .inputs import MLA_V_DIM, check_verify_inputs
+from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
 try:  # triton is optional: the rest of the workbook works without it
     import triton
@@ -146,6 +146,8 @@ def _interpreting() -> bool:
 
 def prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask):
     """Convert the workbook's layout into the engine's page_size=1 extend layout (untimed)."""
+    if q.shape[-1] != MLA_HEAD_DIM:
+        raise ValueError(f"the baseline kernel is laid out for MLA head dim {MLA_HEAD_DIM} (512 + 64), got {q.shape[-1]}")
     x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
     b, t, h, d = x.q.shape
     dev = x.q.device
@@ -185,8 +187,6 @@ def extend_attention_fwd(prep: dict, scale: float, block_m: int | None = None, b
         raise RuntimeError("triton is not installed: pip install 'specdiag[triton]'")
     b, t, h = prep["shape"]
     q = prep["q_extend"]
-    if q.shape[-1] != MLA_V_DIM + 64:
-        raise ValueError(f"the baseline kernel is laid out for MLA head dim 576 (512 + 64), got {q.shape[-1]}")
     bm = block_m or (16 if t <= 16 else 32)
     out = torch.empty(b * t, h, MLA_V_DIM, dtype=q.dtype, device=q.device)
     lse = torch.empty(b * t, h, dtype=torch.float32, device=q.device)

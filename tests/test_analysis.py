@@ -1,0 +1,64 @@
+import pandas as pd
+import pytest
+
+from specdiag import analysis, bench, data
+
+
+def test_kv_bytes_per_step_matches_the_postmortem():
+    # 64k context, 61 layers, 576 bf16 per token per layer: ~4.5 GB per step
+    gb = analysis.kv_bytes_per_step(65536) / 1e9
+    assert 4.5 <= gb <= 4.7
+    with pytest.raises(ValueError):
+        analysis.kv_bytes_per_step(-1)
+
+
+def test_bandwidth_gap_arithmetic():
+    g = analysis.bandwidth_gap(65536, 327.0, copy_tb_s=1.8445)  # 4.61 GB at 1.84 TB/s = 2.5 ms
+    assert g["floor_ms"] == pytest.approx(2.5, rel=0.01)
+    assert g["gap"] == pytest.approx(130, rel=0.01)
+
+
+def test_attention_cost_counts():
+    c = bench.attention_cost(prefix=1000, nodes=9, heads=8)
+    rows = 72
+    assert c["flops"] == 2 * rows * 1009 * (576 + 512)
+    assert c["bytes"] == 1009 * 1152 + rows * 576 * 2 + rows * 512 * 2
+    assert c["kv_bytes"] == 1000 * 1152
+
+
+def test_floor_picks_the_larger_term():
+    assert analysis.floor_ms(4.27e9, 0, 4.27, 100) == pytest.approx(1.0)
+    assert analysis.floor_ms(0, 7.84e11, 4.27, 784) == pytest.approx(1.0)
+    assert analysis.floor_ms(4.27e9, 7.84e12, 4.27, 784) == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        analysis.floor_ms(1, 1, 0, 1)
+
+
+def test_recorded_sweep_has_metadata_and_reproduces_the_story():
+    doc = data.load_json("context_sweep_h200.json")
+    assert doc["machine"]["gpu"].startswith("NVIDIA")
+    for key in ("driver", "torch", "triton", "sm_count", "recorded_utc"):
+        assert doc["machine"].get(key), key
+    df = analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"])
+    base = df[(df.impl == "triton") & (df.heads == 8) & (df.nodes == 9)].sort_values("context")
+    # the baseline's per-step time grows with context (the collapse)
+    assert base.ms.is_monotonic_increasing
+    speed = analysis.speedup_table(df)
+    assert set(speed.columns) >= {"context", "heads", "nodes", "triton_ms", "native_ms", "speedup"}
+    assert (speed.speedup > 1).all()
+
+
+def test_choose_source():
+    assert data.choose_source("never") == "recorded"
+    with pytest.raises(ValueError):
+        data.choose_source("sometimes")
+
+
+def test_speedup_table_joins_on_shape():
+    df = pd.DataFrame([
+        dict(impl="triton", context=1, heads=8, nodes=9, ms=10.0),
+        dict(impl="native", context=1, heads=8, nodes=9, ms=2.0),
+        dict(impl="native", context=2, heads=8, nodes=9, ms=2.0),
+    ])
+    t = analysis.speedup_table(df)
+    assert len(t) == 1 and t.speedup.iloc[0] == 5.0
