@@ -1,0 +1,89 @@
+"""The three workloads notebook 02 puts side by side.
+
+* ``baseline``: the page_size=1 Triton extend kernel at long context (latency-bound gathers,
+  a handful of CTAs): the kernel the deployment was running;
+* ``native``: the native split-KV tree-verify kernel on the same inputs;
+* ``gemm``: an 8192^3 bf16 matrix product (the tensor cores at full tilt).
+
+``python -m specdiag.probes.workloads NAME --iters N`` builds the inputs, warms up, then runs
+N iterations inside a CUDA profiler range (what ``probes.ncu`` profiles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+__all__ = ["WORKLOADS", "make_workload", "KERNEL_REGEX"]
+
+WORKLOADS = ("baseline", "native", "gemm")
+KERNEL_REGEX = {"baseline": "_extend_fwd_kernel", "native": "tree_verify_partial", "gemm": "."}
+
+
+def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0):
+    """Build inputs on the GPU and return a zero-argument callable that launches one step."""
+    import torch
+
+    from ..attention.inputs import make_verify_inputs
+
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; choose from {WORKLOADS}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("workloads need a CUDA GPU")
+    scale = 1 / math.sqrt(192)
+    if name == "gemm":
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        return lambda: a @ b
+    x, _ = make_verify_inputs([context], nodes, heads, page_size=1 if name == "baseline" else 64, seed=seed, device="cuda")
+    if name == "baseline":
+        from ..attention.triton_extend import extend_attention_fwd, prepare_extend_inputs
+
+        prep = prepare_extend_inputs(**x)
+        return lambda: extend_attention_fwd(prep, scale)
+    from ..attention.native import NativeTreeVerify
+
+    op = NativeTreeVerify(**x, scale=scale)
+    return op.run
+
+
+def run_for(fn, seconds: float) -> int:
+    """Launch ``fn`` back to back for about ``seconds`` (synchronising every few launches)."""
+    import time
+
+    import torch
+
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(4):
+            fn()
+        n += 4
+        torch.cuda.synchronize()
+    return n
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdiag.probes.workloads")
+    ap.add_argument("name", choices=WORKLOADS)
+    ap.add_argument("--iters", type=int, default=1)
+    ap.add_argument("--context", type=int, default=131072)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--nodes", type=int, default=9)
+    a = ap.parse_args(argv)
+    import torch
+
+    fn = make_workload(a.name, a.context, a.heads, a.nodes)
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _ in range(a.iters):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
