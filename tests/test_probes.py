@@ -1,0 +1,96 @@
+"""Probes on CPU: ncu CSV parsing, the sampler's schema with a replay backend, recorded data."""
+
+import math
+import time
+
+import pandas as pd
+import pytest
+
+from specdiag import data
+from specdiag.probes import ncu, nvml
+
+NCU_OUT = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
+some program output
+==PROF== Profiling "tree_verify_partial_rg4": 0%....50%....100% - 9 passes
+==PROF== Disconnected from process 4242
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__throughput.avg.pct_of_peak_sustained_elapsed","gr__cycles_elapsed.max","sm__pipe_tensor_cycles_active.avg","sm__warps_active.avg.pct_of_peak_sustained_active"
+"","","","","","","","","","","","%","cycle","cycle","%"
+"0","4242","python3.12","127.0.0.1","tree_verify_partial_rg4","1","7","(256, 1, 1)","(2, 67, 1)","0","9.0","14.25","1,234,000","456,580.5","12.48"
+"1","4242","python3.12","127.0.0.1","tree_verify_merge","1","7","(128, 1, 1)","(72, 1, 1)","0","9.0","0.5","10,000","0","3"
+'''
+
+
+def test_parse_ncu_csv():
+    df = ncu.parse_ncu_csv(NCU_OUT)
+    assert list(df["Kernel Name"]) == ["tree_verify_partial_rg4", "tree_verify_merge"]
+    assert df["gr__cycles_elapsed.max"].tolist() == [1234000.0, 10000.0]
+    assert df.attrs["units"]["dram__throughput.avg.pct_of_peak_sustained_elapsed"] == "%"
+    assert df["Grid Size"].iloc[0] == "(2, 67, 1)"  # id columns stay text
+    f = ncu.add_fractions(df)
+    assert f["tensor_pipe_frac"].iloc[0] == pytest.approx(456580.5 / 1234000)
+    assert f["tensor_pipe_frac"].iloc[1] == 0
+    assert f.attrs["tensor_metric"] == "sm__pipe_tensor_cycles_active.avg"
+
+
+def test_parse_ncu_reports_errors():
+    with pytest.raises(ValueError, match="Failed to find metric"):
+        ncu.parse_ncu_csv('==ERROR== Failed to find metric sm__bogus\n')
+
+
+def test_ncu_command_leaves_clocks_alone():
+    cmd = ncu.ncu_command(["-m", "x"], kernel_regex="tree_verify", ncu="ncu", python="py")
+    assert cmd[:3] == ["ncu", "--clock-control", "none"]
+    assert "regex:tree_verify" in cmd and cmd[-3:] == ["py", "-m", "x"]
+    assert ",".join(ncu.DEFAULT_METRICS) in cmd
+
+
+def test_pick_tensor_metric():
+    assert ncu.pick_tensor_metric({"sm__pipe_tensor_op_hmma_cycles_active", "x"}) == "sm__pipe_tensor_op_hmma_cycles_active.avg"
+    with pytest.raises(RuntimeError):
+        ncu.pick_tensor_metric({"x"})
+
+
+ROW = dict(gpu=0, util_gpu_pct=99.8, util_mem_pct=1.2, power_w=154.0, power_avg_w=150.0, power_limit_w=700.0,
+           sm_clock_mhz=1980.0, mem_clock_mhz=3201.0, gpm_sm_util=6.0, gpm_sm_occupancy=2.5, gpm_any_tensor_util=0.8, gpm_dram_bw_util=1.2)
+
+
+def test_sampler_schema_and_phases():
+    s = nvml.NvmlSampler(period_s=0.01, backend=nvml.ReplayBackend([ROW, dict(ROW, gpu=1, util_gpu_pct=0.0)]))
+    with s:
+        s.mark("work")
+        time.sleep(0.08)
+    df = s.frame()
+    assert list(df.columns) == nvml.COLUMNS + ["phase"]
+    assert set(df.gpu) == {0, 1}
+    assert (df.t_s.diff().dropna() >= 0).all()
+    summ = nvml.summarize(df)
+    w0 = summ[(summ.phase == "work") & (summ.gpu == 0)].iloc[0]
+    assert w0.util_gpu_pct == pytest.approx(99.8)
+    assert w0.power_pct_limit == pytest.approx(22.0)
+
+
+class NoPowerBackend(nvml.ReplayBackend):
+    def read(self, i, skip):
+        vals, _ = super().read(i, skip)
+        vals.pop("power_w"), vals.pop("power_avg_w")
+        return vals, ({} if "power" in skip else {"power": "Not Supported"})
+
+    def gpm_supported(self, i):
+        return False, "GPM is not supported on this GPU (needs Hopper or newer)"
+
+
+def test_unsupported_metrics_are_nan_and_explained():
+    s = nvml.NvmlSampler(period_s=0.01, backend=NoPowerBackend([ROW]))
+    with s:
+        time.sleep(0.05)
+    df = s.frame()
+    assert df.power_w.isna().all() and df.gpm_sm_util.isna().all()
+    assert df.util_gpu_pct.notna().all()
+    msgs = s.unsupported_messages()
+    assert any("power" in m and "Not Supported" in m for m in msgs)
+    assert any("gpm_sm_util" in m and "Hopper" in m for m in msgs)
+
+
+def test_sampler_rejects_bad_period():
+    with pytest.raises(ValueError):
+        nvml.NvmlSampler(period_s=0, backend=nvml.ReplayBackend([ROW]))
