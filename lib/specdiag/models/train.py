@@ -1,0 +1,170 @@
+"""Train the target LM and the drafter (reproducible seed; a few minutes on an H200).
+
+    python -m specdiag.models.train --out data/models
+
+writes ``target.pt`` / ``drafter.pt`` (fp16 state dicts + configs, about 1 MB each) and
+``train_log.json`` (loss curves, settings, machine). ``load_models(folder)`` reads them back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .corpus import MarkovProse
+from .lm import Drafter, DrafterConfig, LMConfig, TargetLM
+
+__all__ = ["TrainSettings", "train", "load_models", "save_model"]
+
+
+class TrainSettings:
+    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64):
+        self.seed, self.target_steps, self.drafter_steps = seed, target_steps, drafter_steps
+        self.batch, self.length, self.pool, self.lr, self.vocab = batch, length, pool, lr, vocab
+
+    def to_dict(self):
+        return dict(vars(self))
+
+
+def _pool(prose: MarkovProse, n: int, length: int, g: torch.Generator, device) -> torch.Tensor:
+    """A pool of prose sequences, sampled on ``device`` (one multinomial per position for all rows)."""
+    probs = prose.probs.to(device)
+    out = torch.empty(n, length, dtype=torch.long, device=device)
+    a = torch.randint(0, prose.vocab, (n,), generator=g, device=device)
+    b = torch.randint(0, prose.vocab, (n,), generator=g, device=device)
+    for i in range(length):
+        c = torch.multinomial(probs[a, b], 1, generator=g)[:, 0]
+        out[:, i] = c
+        a, b = b, c
+    return out
+
+
+def _batch(pool: torch.Tensor, batch: int, vocab: int, g: torch.Generator) -> torch.Tensor:
+    """Pool rows; half of them turn into repeats of a random segment from a random point on."""
+    dev = pool.device
+    idx = torch.randint(0, pool.shape[0], (batch,), generator=g, device=dev)
+    x = pool[idx].clone()
+    length = x.shape[1]
+    for i in range(batch // 2, batch):
+        period = int(torch.randint(8, 97, (1,), generator=g, device=dev))
+        start = int(torch.randint(0, length // 2, (1,), generator=g, device=dev))
+        seg = torch.randint(0, vocab, (period,), generator=g, device=dev)
+        x[i, start:] = seg.repeat((length - start + period - 1) // period)[: length - start]
+    return x
+
+
+def _schedule(opt, step, total, lr):
+    warm = max(1, total // 20)
+    f = step / warm if step < warm else 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+    for grp in opt.param_groups:
+        grp["lr"] = lr * f
+
+
+def train(out_dir, settings: TrainSettings | None = None, device=None, progress=print) -> dict:
+    s = settings or TrainSettings()
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.manual_seed(s.seed)
+    g = torch.Generator(device=dev).manual_seed(s.seed)
+    prose = MarkovProse(s.vocab, seed=s.seed)
+    t0 = time.time()
+    pool = _pool(prose, s.pool, s.length, g, dev)
+    log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0, "target_loss": [], "drafter_loss": []}
+    amp = dict(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else dict(device_type="cpu", enabled=False)
+
+    tcfg = LMConfig(vocab=s.vocab, train_len=s.length)
+    target = TargetLM(tcfg).to(dev)
+    opt = torch.optim.AdamW(target.parameters(), lr=s.lr, weight_decay=0.01)
+    for step in range(s.target_steps):
+        _schedule(opt, step, s.target_steps, s.lr)
+        x = _batch(pool, s.batch, s.vocab, g)
+        with torch.autocast(**amp):
+            logits = target(x[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == s.target_steps - 1:
+            log["target_loss"].append((step, loss.item()))
+            if step % 500 == 0:
+                progress(f"target step {step}: loss {loss.item():.3f}")
+
+    dcfg = DrafterConfig(vocab=s.vocab, train_len=s.length)
+    drafter = Drafter(dcfg).to(dev)
+    opt = torch.optim.AdamW(drafter.parameters(), lr=s.lr, weight_decay=0.01)
+    w, blk = dcfg.window, dcfg.block
+    for step in range(s.drafter_steps):
+        _schedule(opt, step, s.drafter_steps, s.lr)
+        x = _batch(pool, s.batch, s.vocab, g)
+        anchors = torch.randint(w - 1, s.length - blk - 1, (s.batch,), generator=g, device=dev)
+        ar = torch.arange(w, device=dev)
+        win = x.gather(1, anchors[:, None] - (w - 1) + ar[None])
+        tgt = x.gather(1, anchors[:, None] + 1 + torch.arange(blk, device=dev)[None])
+        with torch.autocast(**amp):
+            logits = drafter(win)
+        loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), tgt.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == s.drafter_steps - 1:
+            log["drafter_loss"].append((step, loss.item()))
+            if step % 500 == 0:
+                progress(f"drafter step {step}: loss {loss.item():.3f}")
+    log["seconds"] = time.time() - t0
+    log["device"] = str(dev)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_model(target, out / "target.pt")
+    save_model(drafter, out / "drafter.pt")
+    try:
+        from ..bench import machine_metadata
+
+        log["machine"] = machine_metadata()
+    except Exception:  # pragma: no cover
+        pass
+    (out / "train_log.json").write_text(json.dumps(log, indent=1))
+    return log
+
+
+def save_model(model, path) -> None:
+    torch.save({"config": model.cfg.to_dict(), "kind": type(model).__name__, "state": {k: v.half() for k, v in model.state_dict().items()}}, path)
+
+
+def load_models(folder, device="cpu") -> tuple[TargetLM, Drafter]:
+    folder = Path(folder)
+    models = []
+    for name, cls, cfg_cls in (("target.pt", TargetLM, LMConfig), ("drafter.pt", Drafter, DrafterConfig)):
+        p = folder / name
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} not found: train with `python -m specdiag.models.train --out {folder}`")
+        blob = torch.load(p, map_location="cpu", weights_only=True)
+        m = cls(cfg_cls(**blob["config"]))
+        m.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+        models.append(m.to(device).eval())
+    return models[0], models[1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m specdiag.models.train")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target-steps", type=int, default=2500)
+    ap.add_argument("--drafter-steps", type=int, default=2500)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--length", type=int, default=1024)
+    a = ap.parse_args(argv)
+    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length))
+    print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Small target/drafter models: YaRN, caches, the speculative loop (lossless) and faults, on CPU."""
+
+import math
+
+import pytest
+import torch
+
+from specdiag.models import specdec
+from specdiag.models.corpus import MarkovProse, repeated, training_batch
+from specdiag.models.lm import Drafter, DrafterConfig, KVCache, LMConfig, TargetLM, yarn_inv_freq
+from specdiag.models.train import TrainSettings, load_models, train
+
+
+def test_yarn_keeps_high_and_interpolates_low_frequencies():
+    base, _ = yarn_inv_freq(32, 10000.0, 1.0, 1024)
+    inv, mscale = yarn_inv_freq(32, 10000.0, 16.0, 1024)
+    assert torch.allclose(inv[0], base[0])  # shortest wavelength untouched
+    assert inv[-1].item() == pytest.approx(base[-1].item() / 16, rel=1e-6)  # longest wavelength interpolated
+    assert (inv <= base + 1e-12).all() and (inv >= base / 16 - 1e-12).all()
+    assert mscale == pytest.approx(0.1 * math.log(16) + 1)
+    with pytest.raises(ValueError):
+        yarn_inv_freq(32, 10000.0, 0.5, 1024)
+
+
+def test_corpus():
+    g = torch.Generator().manual_seed(0)
+    r = repeated(100, 7, 64, g)
+    assert torch.equal(r[7:14], r[:7]) and r.numel() == 100
+    prose = MarkovProse(64, seed=1)
+    s = prose.sample(50, g)
+    assert s.shape == (50,) and int(s.max()) < 64
+    b = training_batch(prose, 4, 64, g)
+    assert b.shape == (4, 64)
+    with pytest.raises(ValueError):
+        repeated(10, 0, 64, g)
+
+
+def test_prefill_plus_tree_pass_matches_full_forward():
+    torch.manual_seed(0)
+    m = TargetLM(LMConfig(vocab=32, dim=64, layers=2, heads=4, ffn=128, train_len=64)).eval()
+    x = torch.randint(0, 32, (40,))
+    full = m(x[None])[0]
+    cache = KVCache(2)
+    last = m.prefill(x[:30], cache, max_scores=30 * 8)  # forces several chunks
+    assert torch.allclose(last, full[29], atol=1e-4)
+    # a chain "tree" of the next 10 tokens must reproduce the causal logits
+    from specdiag.tree import chain_tree
+
+    tree = chain_tree(x[31:40].tolist(), root_token=int(x[30]))
+    logits, _ = m.forward_tree(tree.tokens, tree.position_ids(30), tree.ancestor_mask(), cache)
+    assert torch.allclose(logits, full[30:40], atol=1e-4)
+
+
+def test_drafter_cache_matches_training_forward_within_window():
+    torch.manual_seed(0)
+    d = Drafter(DrafterConfig(vocab=32, dim=64, layers=2, heads=4, ffn=128, block=4, window=16, train_len=64)).eval()
+    win = torch.randint(0, 32, (16,))
+    want = torch.log_softmax(d(win[None])[0].float(), -1)
+    cache = KVCache(2)
+    d.extend_cache(win, 100, cache)  # absolute positions differ: rotary attention is relative
+    got = d.draft(116, cache)
+    assert torch.allclose(got, want, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    out = tmp_path_factory.mktemp("models")
+    train(out, TrainSettings(target_steps=15, drafter_steps=15, batch=4, length=160, pool=16), device="cpu", progress=lambda *_: None)
+    # float64: a barely trained model has near-tied logits, and exact-equality checks must not
+    # depend on float32 rounding differences between a tree pass and a one-token pass
+    return tuple(m.double() for m in load_models(out))
+
+
+@pytest.mark.parametrize("kind", ["predictable", "prose"])
+@pytest.mark.parametrize("fault", list(specdec.FAULTS))
+def test_speculative_decoding_is_lossless(tiny_models, kind, fault):
+    target, drafter = tiny_models
+    p = specdec.make_prompt(kind, 300, 64, seed=3)
+    spec = specdec.speculative_generate(target, drafter, p, 24, budget=8, faults=specdec.FAULTS[fault])
+    assert spec.tokens == specdec.greedy_generate(target, p, 24)
+    assert all(1 <= c <= drafter.cfg.block + 1 for c in spec.commit_lengths)
+    # faults are undone afterwards
+    assert drafter.window == drafter.cfg.window and drafter.yarn == drafter.cfg.yarn_factor
+
+
+def test_perfect_drafter_commits_whole_blocks(tiny_models, monkeypatch):
+    """With a drafter that always proposes the target's own greedy continuation, each step commits block + 1."""
+    target, drafter = tiny_models
+    p = specdec.make_prompt("prose", 200, 64, seed=5)
+    want = specdec.greedy_generate(target, p, 40)
+    block = drafter.cfg.block
+    state = {"at": 0}
+
+    def oracle(next_pos, cache):
+        i = next_pos - p.numel()
+        lp = torch.full((block, 64), -30.0)
+        for j in range(block):
+            lp[j, want[i + j] if i + j < len(want) else 0] = 0.0
+        return torch.log_softmax(lp, -1)
+
+    monkeypatch.setattr(drafter, "draft", oracle)
+    spec = specdec.speculative_generate(target, drafter, p, 27, budget=8)
+    assert spec.tokens == want[:27]
+    assert spec.commit_lengths[:3] == [block + 1] * 3
+
+
+def test_saved_weights_are_small_and_reload(tmp_path):
+    train(tmp_path, TrainSettings(target_steps=1, drafter_steps=1, batch=2, length=140, pool=4), device="cpu", progress=lambda *_: None)
+    sizes = [p.stat().st_size for p in tmp_path.glob("*.pt")]
+    assert len(sizes) == 2 and max(sizes) < 4_000_000
+    t, d = load_models(tmp_path)
+    assert isinstance(t, TargetLM) and isinstance(d, Drafter)
+    with pytest.raises(FileNotFoundError, match="train"):
+        load_models(tmp_path / "missing")
+
+
+def test_bad_prompts():
+    with pytest.raises(ValueError):
+        specdec.make_prompt("poetry", 10)
