@@ -36,6 +36,20 @@ def available() -> bool:
 if triton is not None:
 
     @triton.jit
+    def _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST: tl.constexpr):
+        """One key block of the online softmax: rescale the running sums, add P @ V."""
+        n_max = tl.maximum(tl.max(qk, 1), m_i)
+        n_safe = tl.where(n_max == float("-inf"), 0.0, n_max)
+        re_scale = tl.exp(m_i - n_safe)
+        p = tl.exp(qk - n_safe[:, None])
+        l_i = l_i * re_scale + tl.sum(p, 1)
+        if UPCAST:  # Triton's CPU interpreter has no bf16 dot
+            acc = acc * re_scale[:, None] + tl.dot(p, v.to(tl.float32))
+        else:
+            acc = acc * re_scale[:, None] + tl.dot(p.to(v.dtype), v)
+        return n_max, l_i, acc
+
+    @triton.jit
     def _extend_fwd_kernel(
         Q, K_ext, K_buf, O, LSE,
         qo_indptr, kv_indptr, kv_indices, mask_ptr, mask_indptr,
@@ -87,17 +101,8 @@ if triton is not None:
             qk += tl.dot(qpe, kpe)
             qk *= sm_scale
             qk = tl.where(mask_m[:, None] & mask_n[None, :], qk, float("-inf"))
-            n_max = tl.maximum(tl.max(qk, 1), m_i)
-            n_safe = tl.where(n_max == float("-inf"), 0.0, n_max)
-            re_scale = tl.exp(m_i - n_safe)
-            p = tl.exp(qk - n_safe[:, None])
-            l_i = l_i * re_scale + tl.sum(p, 1)
             v = tl.load(K_buf + loc[:, None] * stride_kbuf + offs_dv[None, :], mask=mask_n[:, None], other=0.0)
-            if UPCAST:
-                acc = acc * re_scale[:, None] + tl.dot(p, v.to(tl.float32))
-            else:
-                acc = acc * re_scale[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = n_max
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST)
 
         # stage 2: the tree block under the custom mask
         for start_n in range(0, q_len, BLOCK_N):
@@ -118,17 +123,8 @@ if triton is not None:
                 other=0,
             )
             qk = tl.where((cm != 0) & mask_m[:, None] & mask_n[None, :], qk, float("-inf"))
-            n_max = tl.maximum(tl.max(qk, 1), m_i)
-            n_safe = tl.where(n_max == float("-inf"), 0.0, n_max)
-            re_scale = tl.exp(m_i - n_safe)
-            p = tl.exp(qk - n_safe[:, None])
-            l_i = l_i * re_scale + tl.sum(p, 1)
             v = tl.load(K_ext + k_rows[:, None] + offs_dv[None, :], mask=mask_n[:, None], other=0.0)
-            if UPCAST:
-                acc = acc * re_scale[:, None] + tl.dot(p, v.to(tl.float32))
-            else:
-                acc = acc * re_scale[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = n_max
+            m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST)
 
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         out = acc / l_safe[:, None]

@@ -78,46 +78,37 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0, "target_loss": [], "drafter_loss": []}
     amp = dict(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else dict(device_type="cpu", enabled=False)
 
-    tcfg = LMConfig(vocab=s.vocab, train_len=s.length)
-    target = TargetLM(tcfg).to(dev)
-    opt = torch.optim.AdamW(target.parameters(), lr=s.lr, weight_decay=0.01)
-    for step in range(s.target_steps):
-        _schedule(opt, step, s.target_steps, s.lr)
-        x = _batch(pool, s.batch, s.vocab, g)
-        with torch.autocast(**amp):
-            logits = target(x[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), x[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == s.target_steps - 1:
-            log["target_loss"].append((step, loss.item()))
-            if step % 500 == 0:
-                progress(f"target step {step}: loss {loss.item():.3f}")
+    def fit(name, model, steps, inputs_and_targets):
+        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log."""
+        opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.01)
+        for step in range(steps):
+            _schedule(opt, step, steps, s.lr)
+            inputs, targets = inputs_and_targets(_batch(pool, s.batch, s.vocab, g))
+            with torch.autocast(**amp):
+                logits = model(inputs)
+            loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), targets.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step % 50 == 0 or step == steps - 1:
+                log[f"{name}_loss"].append((step, loss.item()))
+                if step % 500 == 0:
+                    progress(f"{name} step {step}: loss {loss.item():.3f}")
+
+    target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
+    fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
 
     dcfg = DrafterConfig(vocab=s.vocab, train_len=s.length)
     drafter = Drafter(dcfg).to(dev)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=s.lr, weight_decay=0.01)
     w, blk = dcfg.window, dcfg.block
-    for step in range(s.drafter_steps):
-        _schedule(opt, step, s.drafter_steps, s.lr)
-        x = _batch(pool, s.batch, s.vocab, g)
-        anchors = torch.randint(w - 1, s.length - blk - 1, (s.batch,), generator=g, device=dev)
-        ar = torch.arange(w, device=dev)
-        win = x.gather(1, anchors[:, None] - (w - 1) + ar[None])
-        tgt = x.gather(1, anchors[:, None] + 1 + torch.arange(blk, device=dev)[None])
-        with torch.autocast(**amp):
-            logits = drafter(win)
-        loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), tgt.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == s.drafter_steps - 1:
-            log["drafter_loss"].append((step, loss.item()))
-            if step % 500 == 0:
-                progress(f"drafter step {step}: loss {loss.item():.3f}")
+
+    def windows(x):  # the window ending at a random anchor, and the block after it
+        anchors = torch.randint(w - 1, s.length - blk - 1, (x.shape[0],), generator=g, device=dev)
+        win = x.gather(1, anchors[:, None] - (w - 1) + torch.arange(w, device=dev)[None])
+        return win, x.gather(1, anchors[:, None] + 1 + torch.arange(blk, device=dev)[None])
+
+    fit("drafter", drafter, s.drafter_steps, windows)
     log["seconds"] = time.time() - t0
     log["device"] = str(dev)
     out = Path(out_dir)
