@@ -83,16 +83,23 @@ pivot
 # %%
 for s in scans:
     both = [b["backend"] for b in s["backends"] if b["accepts_custom_mask"] and b["mla"]]
-    print(f"sglang {s['version']}: backends that take a custom mask AND do MLA: {', '.join(both) or 'none'}")
+    fast_mla = [b["backend"] for b in s["backends"] if b["mla"] and not b["accepts_custom_mask"]]
+    tree = [c for c in s["page_size_constraints"] if c["tree_drafts"]]
+    print(f"sglang {s['version']}:")
+    print(f"  tree-draft constraints on page_size: {len(tree)} ({', '.join(sorted({c['action'] for c in tree}))})")
+    print(f"  custom mask AND MLA: {', '.join(both) or 'none'}")
+    print(f"  MLA without a custom mask: {', '.join(fast_mla) or 'none'}")
 
 # %% [markdown]
 # ## Reading it
-# * Tree drafts with `page_size > 1` are rejected (newer versions: unless the backend is one of
-#   a short list) or demoted (older versions: top-k forced back to 1). A DDTree deployment
-#   therefore runs at page_size = 1.
-# * The MLA backends built for decode speed (FlashMLA, TRT-LLM MLA, CUTLASS MLA) take no
-#   custom mask, so a tree verify on an MLA model lands on a mask-capable backend: on CUDA,
-#   the Triton backend, whose extend kernel is the baseline of notebooks 03 and 05.
+# * In every version scanned, tree-shaped drafts (top-k > 1) and page_size > 1 do not go
+#   together freely: older versions demote the tree (top-k forced back to 1, with a warning),
+#   newer ones raise unless the backend is on a short list. A tree-drafting deployment that
+#   wants its tree therefore runs at **page_size = 1**.
+# * The MLA backends built for decode speed appear in the "MLA without a custom mask" line:
+#   they cannot run a tree verify. The deployment's DDTree path (a fork) allowed only the
+#   Triton backend for MLA tree verify, whose extend kernel is the baseline of notebooks 03
+#   and 05; which other backends *could* take the mask differs by version, as the table shows.
 # * The fix in notebook 05 removes the coupling: the prefix needs **no** mask at all (every tree
 #   node sees all of it), so it can be read as contiguous pages at any page size and split
 #   across all SMs; only the small tree block carries the ancestor mask.

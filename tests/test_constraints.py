@@ -50,6 +50,12 @@ def engine(tmp_path):
             def forward_decode(self, q, k_cache):
                 return q
     ''')
+    write(root, "model_runner.py", '''
+        def check(self, args):
+            if self.use_mla_backend:
+                if args.attention_backend in ["fastdecode", "fa3"]:
+                    pass
+    ''')
     write(root, "tests/test_x.py", '''
         def test_():
             if page_size != 1:
@@ -79,7 +85,10 @@ def test_backends_mask_and_mla(engine):
     assert rows["tree_mla"].accepts_custom_mask and rows["tree_mla"].mla and rows["tree_mla"].mla_evidence == "file name"
     assert rows["triton"].accepts_custom_mask and rows["triton"].mla and "kv_lora_rank" in rows["triton"].mla_evidence
     assert rows["triton"].custom_mask_lines == [6]
-    assert not rows["fastdecode"].accepts_custom_mask and not rows["fastdecode"].mla
+    assert not rows["fastdecode"].accepts_custom_mask
+    # the engine's own list of valid MLA backends counts as evidence
+    assert rows["fastdecode"].mla and rows["fastdecode"].mla_evidence == "listed as an MLA backend at model_runner.py:4"
+    assert constraints.declared_mla_backends(engine) == {"fastdecode": "model_runner.py:4", "flashattention": "model_runner.py:4"}
 
 
 def test_engine_without_constraints(tmp_path):
@@ -110,5 +119,7 @@ def test_recorded_sglang_scan_shows_the_story():
         assert triton and triton[0]["accepts_custom_mask"]
     newest = doc["scans"][-1]
     fast_mla = {b["backend"]: b for b in newest["backends"]}
+    oldest = doc["scans"][0]
+    assert {b["backend"]: b["mla"] for b in oldest["backends"]}["triton"]  # listed as an MLA backend
     for name in ("flashmla", "trtllm_mla"):
         assert name in fast_mla and fast_mla[name]["mla"] and not fast_mla[name]["accepts_custom_mask"]

@@ -25,7 +25,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["PageSizeConstraint", "BackendMask", "scan_engine", "find_installed_engine", "page_size_constraints", "backend_masks"]
+__all__ = ["PageSizeConstraint", "BackendMask", "scan_engine", "find_installed_engine", "page_size_constraints", "backend_masks", "declared_mla_backends"]
 
 _ALGOS = re.compile(r"\b(EAGLE3?|NGRAM|DFLASH|DDTREE|MEDUSA|LOOKAHEAD|STANDALONE|NEXTN|MTP)\b", re.I)
 _MLA_NAMES = {"kv_lora_rank", "use_mla", "is_mla", "qk_rope_head_dim"}
@@ -163,21 +163,71 @@ def page_size_constraints(root: str | Path, include_tests: bool = False) -> list
     return out
 
 
-def backend_masks(root: str | Path) -> list[BackendMask]:
-    """One row per module in an ``attention`` folder whose name ends in ``_backend``."""
+_BACKEND_ALIASES = {"fa3": "flashattention", "fa4": "flashattention"}
+
+
+def declared_mla_backends(root: str | Path, include_tests: bool = False) -> dict[str, str]:
+    """Backends the engine itself lists as valid for MLA: ``attention_backend in [...]`` checks
+    under an ``if`` about MLA (``use_mla_backend``...). Returns {backend: "file:line"}."""
     root = Path(root)
-    rows = []
-    for path in sorted(root.rglob("*_backend.py")):
-        if "attention" not in path.parts:
+    found: dict[str, str] = {}
+
+    def walk(node, in_mla, rel):
+        for child in ast.iter_child_nodes(node):
+            mla_here = in_mla
+            if isinstance(child, ast.If) and any("mla" in n.lower() for n in _names(child.test)):
+                mla_here = True
+            if mla_here and isinstance(child, ast.Compare) and any(isinstance(op, ast.In) for op in child.ops):
+                if "attention_backend" in _names(child.left):
+                    for comp in child.comparators:
+                        if isinstance(comp, (ast.List, ast.Tuple, ast.Set)):
+                            for elt in comp.elts:
+                                if isinstance(elt, ast.Constant) and isinstance(elt.value, str):
+                                    name = _BACKEND_ALIASES.get(elt.value, elt.value)
+                                    found.setdefault(name, f"{rel}:{child.lineno}")
+            walk(child, mla_here, rel)
+
+    for path in sorted(root.rglob("*.py")):
+        if not include_tests and _is_test(path, root):
             continue
+        text = path.read_text(errors="replace")
+        if "attention_backend" not in text or "mla" not in text.lower():
+            continue
+        tree = _parse(path)
+        if tree is not None:
+            walk(tree, False, str(path.relative_to(root)))
+    return found
+
+
+def backend_masks(root: str | Path, include_tests: bool = False) -> list[BackendMask]:
+    """One row per module in an ``attention`` folder whose name ends in ``_backend``.
+
+    A backend counts as MLA-capable by its file name, by MLA names in its code, or when the
+    engine lists it as a valid MLA backend (``declared_mla_backends``). Backends whose module
+    name repeats in another folder are labelled with that folder.
+    """
+    root = Path(root)
+    declared = declared_mla_backends(root, include_tests)
+    paths = [p for p in sorted(root.rglob("*_backend.py")) if "attention" in p.parts and (include_tests or not _is_test(p, root))]
+    stems = [p.stem for p in paths]
+    rows = []
+    for path in paths:
         tree = _parse(path)
         if tree is None:
             continue
+        name = path.stem.removesuffix("_backend")
         mask_lines = sorted({n.lineno for n in ast.walk(tree) if hasattr(n, "lineno") and _names(n) & _MASK_NAMES and isinstance(n, (ast.Attribute, ast.Name, ast.arg, ast.keyword))})
         mla_hits = sorted(_names(tree) & _MLA_NAMES)
-        is_mla = "mla" in path.stem.lower() or bool(mla_hits)
-        evidence = "file name" if "mla" in path.stem.lower() else (", ".join(mla_hits) if mla_hits else "")
-        rows.append(BackendMask(path.stem.removesuffix("_backend"), str(path.relative_to(root)), mask_lines, is_mla, evidence))
+        if "mla" in path.stem.lower():
+            evidence = "file name"
+        elif mla_hits:
+            evidence = ", ".join(mla_hits)
+        elif name in declared:
+            evidence = f"listed as an MLA backend at {declared[name]}"
+        else:
+            evidence = ""
+        label = name if stems.count(path.stem) == 1 else f"{name} [{path.relative_to(root).parent}]"
+        rows.append(BackendMask(label, str(path.relative_to(root)), mask_lines, bool(evidence), evidence))
     return rows
 
 
