@@ -97,7 +97,7 @@ for s in scans:
 #   newer ones raise unless the backend is on a short list. A tree-drafting deployment that
 #   wants its tree therefore runs at **page_size = 1**.
 # * The MLA backends built for decode speed appear in the "MLA without a custom mask" line:
-#   they cannot run a tree verify. The deployment's DDTree path (a fork) allowed only the
+#   they cannot run a tree verify. Per the postmortem, the deployment's DDTree path allowed only the
 #   Triton backend for MLA tree verify, whose extend kernel is the baseline of notebooks 03
 #   and 05; which other backends *could* take the mask differs by version, as the table shows.
 # * The fix in notebook 05 removes the coupling: the prefix needs **no** mask at all (every tree
