@@ -149,6 +149,7 @@ def check_native(cases=None, seed: int = 1234) -> list[dict]:
             ([2500], 17, 8, 64, "random", 2),
             ([2500], 17, 8, 64, "random", 4),
             ([123], 3, 128, 1, "chain", None),
+            ([0, 5000, 31], 33, 4, 64, "random", None),  # ragged, one request with no prefix
         ]
     results = []
     for i, (lens, nodes, heads, ps, shape, rg) in enumerate(cases):
