@@ -54,10 +54,12 @@ def test_prefill_plus_tree_pass_matches_full_forward():
 def test_drafter_cache_matches_training_forward_within_window():
     torch.manual_seed(0)
     d = Drafter(DrafterConfig(vocab=32, dim=64, layers=2, heads=4, ffn=128, block=4, window=16, train_len=64)).eval()
-    win = torch.randint(0, 32, (16,))
+    win = torch.randint(0, 32, (4 + 16,))  # 4 tokens of history (lag features), 16 of window
     want = torch.log_softmax(d(win[None])[0].float(), -1)
     cache = KVCache(2)
-    d.extend_cache(win, 100, cache)  # absolute positions differ: rotary attention is relative
+    cache.history = win[:4]
+    d.extend_cache(win[4:], 100, cache)  # absolute positions differ: rotary attention is relative
+    assert torch.equal(cache.history, win[-4:])
     got = d.draft(116, cache)
     assert torch.allclose(got, want, atol=1e-4)
 
@@ -105,13 +107,15 @@ def test_perfect_drafter_commits_whole_blocks(tiny_models, monkeypatch):
 
 
 def test_saved_weights_are_small_and_reload(tmp_path):
-    train(tmp_path, TrainSettings(target_steps=1, drafter_steps=1, batch=2, length=140, pool=4), device="cpu", progress=lambda *_: None)
+    train(tmp_path, TrainSettings(target_steps=1, drafter_steps=1, batch=2, length=150, pool=4), device="cpu", progress=lambda *_: None)
     sizes = [p.stat().st_size for p in tmp_path.glob("*.pt")]
     assert len(sizes) == 2 and max(sizes) < 4_000_000
     t, d = load_models(tmp_path)
     assert isinstance(t, TargetLM) and isinstance(d, Drafter)
     with pytest.raises(FileNotFoundError, match="train"):
         load_models(tmp_path / "missing")
+    with pytest.raises(ValueError, match="too short"):
+        train(tmp_path, TrainSettings(target_steps=1, drafter_steps=1, batch=2, length=100, pool=4), device="cpu", progress=lambda *_: None)
 
 
 def test_bad_prompts():

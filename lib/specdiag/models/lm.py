@@ -49,6 +49,7 @@ class DrafterConfig:
     ffn: int = 512
     block: int = 8  # positions drafted per pass
     window: int = 128  # sliding window over committed tokens
+    rotary_frac: float = 0.5  # share of each head's dims that rotate (the rest match content at any distance)
     rope_base: float = 10000.0
     train_len: int = 512
     yarn_factor: float = 1.0
@@ -79,11 +80,15 @@ def yarn_inv_freq(head_dim: int, base: float, factor: float, original_len: int, 
 
 
 def apply_rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """x [..., S, D] rotated by positions pos [S] (GPT-NeoX half-split layout)."""
+    """x [..., S, D] rotated by positions pos [S] (GPT-NeoX half-split layout).
+
+    Partial rotary: only the first ``2 * len(inv_freq)`` dims rotate, the rest pass through.
+    """
+    rd = 2 * inv_freq.numel()
     ang = pos.to(inv_freq.dtype)[:, None] * inv_freq[None, :].to(pos.device)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    x1, x2, rest = x[..., : rd // 2], x[..., rd // 2 : rd], x[..., rd:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
 class KVCache:
@@ -92,6 +97,7 @@ class KVCache:
     def __init__(self, layers: int):
         self.k = [None] * layers
         self.v = [None] * layers
+        self.history = None  # the drafter's last few committed tokens (its lag features)
 
     @property
     def length(self) -> int:
@@ -211,13 +217,23 @@ class TargetLM(nn.Module):
 
 
 class Drafter(nn.Module):
-    """Block-parallel drafter: context window + ``block`` mask queries -> block distributions."""
+    """Block-parallel drafter: context window + ``block`` mask queries -> block distributions.
+
+    As in DFlash, the block starts from the last verified token (the root): every mask query
+    carries the root's embedding (one table per slot) next to its slot embedding. Each context
+    token is embedded with *lag features*, the embeddings of the ``block`` tokens before it
+    (one table per lag), so the query for slot j can find, in one attention hop, where the
+    root appeared j + 1 tokens earlier, instead of an induction circuit the small model would
+    have to discover.
+    """
 
     def __init__(self, cfg: DrafterConfig):
         super().__init__()
         self.cfg = cfg
-        self.emb = nn.Embedding(cfg.vocab + 1, cfg.dim)  # last id is the mask token
+        self.emb = nn.Embedding(cfg.vocab + 1, cfg.dim)  # last id is the mask / padding token
+        self.lags = nn.Embedding(cfg.block * (cfg.vocab + 1), cfg.dim)
         self.slot = nn.Embedding(cfg.block, cfg.dim)  # which of the block's positions a query drafts
+        self.root = nn.Embedding(cfg.block * (cfg.vocab + 1), cfg.dim)  # the root token, per slot
         self.blocks = nn.ModuleList(Block(cfg.dim, cfg.heads, cfg.ffn) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
@@ -229,7 +245,8 @@ class Drafter(nn.Module):
         return self.cfg.vocab
 
     def set_yarn(self, factor: float):
-        inv, self.mscale = yarn_inv_freq(self.cfg.dim // self.cfg.heads, self.cfg.rope_base, factor, self.cfg.train_len)
+        rot = int(self.cfg.dim // self.cfg.heads * self.cfg.rotary_frac) // 2 * 2
+        inv, self.mscale = yarn_inv_freq(rot, self.cfg.rope_base, factor, self.cfg.train_len)
         self.register_buffer("inv_freq", inv, persistent=False)
         self.yarn = factor
 
@@ -260,15 +277,31 @@ class Drafter(nn.Module):
             q_x = blk.finish(q_x, q_att)
         return q_x
 
+    def embed_context(self, ext: torch.Tensor) -> torch.Tensor:
+        """ext [..., block + n]: ``block`` tokens of history then n context tokens -> [..., n, dim]."""
+        blk, v1 = self.cfg.block, self.cfg.vocab + 1
+        n = ext.shape[-1] - blk
+        x = self.emb(ext[..., blk:])
+        for k in range(1, blk + 1):
+            x = x + self.lags(ext[..., blk - k : blk - k + n] + (k - 1) * v1)
+        return x
+
+    def queries(self, root: torch.Tensor) -> torch.Tensor:
+        """root [...] token ids -> mask queries [..., block, dim]."""
+        blk, v1 = self.cfg.block, self.cfg.vocab + 1
+        slots = torch.arange(blk, device=root.device)
+        mask = self.emb(torch.full(root.shape + (blk,), self.mask_id, device=root.device))
+        return mask + self.slot.weight + self.root(root[..., None] + slots * v1)
+
     def forward(self, window_tokens: torch.Tensor) -> torch.Tensor:
-        """Training: window_tokens [B, W] (the context ending at the anchor) -> logits [B, block, V]."""
-        b, w = window_tokens.shape
+        """Training: window_tokens [B, block + W] (history, then the context ending at the anchor) -> logits [B, block, V]."""
+        b, w = window_tokens.shape[0], window_tokens.shape[1] - self.cfg.block
         dev = window_tokens.device
         ctx_pos = torch.arange(w, device=dev)
         q_pos = torch.arange(w, w + self.cfg.block, device=dev)
-        q_x = self.emb(torch.full((b, self.cfg.block), self.mask_id, device=dev)) + self.slot.weight[None]
+        q_x = self.queries(window_tokens[:, -1])
         ctx_mask = torch.ones(w, w, dtype=torch.bool, device=dev).tril()
-        out = self._layers(self.emb(window_tokens), ctx_pos, q_x, q_pos, None, ctx_mask, False)
+        out = self._layers(self.embed_context(window_tokens), ctx_pos, q_x, q_pos, None, ctx_mask, False)
         return self.head(self.ln(out))
 
     # --- inference with a draft KV cache -------------------------------------------------
@@ -282,7 +315,10 @@ class Drafter(nn.Module):
         n = tokens.numel()
         dev = tokens.device
         pos = torch.arange(start_pos, start_pos + n, device=dev)
-        x = self.emb(tokens)
+        hist = cache.history if cache.history is not None else torch.full((self.cfg.block,), self.mask_id, dtype=tokens.dtype, device=dev)
+        ext = torch.cat([hist, tokens])
+        cache.history = ext[-self.cfg.block :]
+        x = self.embed_context(ext)
         plen = cache.length
         for li, blk in enumerate(self.blocks):
             q, k, v = blk.qkv_heads(x, pos, self.inv_freq)
@@ -299,6 +335,8 @@ class Drafter(nn.Module):
         """Per-position log-probabilities [block, V] for positions next_pos .. next_pos + block - 1."""
         dev = self.slot.weight.device
         q_pos = torch.arange(next_pos, next_pos + self.cfg.block, device=dev)
-        q_x = self.emb(torch.full((self.cfg.block,), self.mask_id, device=dev)) + self.slot.weight
+        if cache.history is None:
+            raise ValueError("the draft cache is empty: extend_cache() with the committed tokens first")
+        q_x = self.queries(cache.history[-1])
         out = self._layers(None, None, q_x, q_pos, cache, None, False)
         return torch.log_softmax(self.head(self.ln(out)).float(), -1)

@@ -102,10 +102,12 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     dcfg = DrafterConfig(vocab=s.vocab, train_len=s.length)
     drafter = Drafter(dcfg).to(dev)
     w, blk = dcfg.window, dcfg.block
+    if s.length < w + 2 * blk + 2:
+        raise ValueError(f"training length {s.length} is too short for the drafter's window {w} + 2 x block {blk}")
 
-    def windows(x):  # the window ending at a random anchor, and the block after it
-        anchors = torch.randint(w - 1, s.length - blk - 1, (x.shape[0],), generator=g, device=dev)
-        win = x.gather(1, anchors[:, None] - (w - 1) + torch.arange(w, device=dev)[None])
+    def windows(x):  # history + the window ending at a random anchor, and the block after it
+        anchors = torch.randint(w - 1 + blk, s.length - blk - 1, (x.shape[0],), generator=g, device=dev)
+        win = x.gather(1, anchors[:, None] - (w - 1 + blk) + torch.arange(w + blk, device=dev)[None])
         return win, x.gather(1, anchors[:, None] + 1 + torch.arange(blk, device=dev)[None])
 
     fit("drafter", drafter, s.drafter_steps, windows)
@@ -150,9 +152,10 @@ def main(argv=None) -> int:
     ap.add_argument("--target-steps", type=int, default=2500)
     ap.add_argument("--drafter-steps", type=int, default=2500)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--length", type=int, default=1024)
     a = ap.parse_args(argv)
-    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length))
+    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr))
     print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
     return 0
 

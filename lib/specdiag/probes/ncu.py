@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["DEFAULT_METRICS", "TENSOR_METRIC_CANDIDATES", "ncu_command", "parse_ncu_csv", "run_ncu", "available_metrics", "pick_tensor_metric", "add_fractions"]
+__all__ = ["DEFAULT_METRICS", "TENSOR_METRIC_CANDIDATES", "ncu_command", "parse_ncu_csv", "run_ncu", "available_metrics", "pick_tensor_metric", "add_fractions", "slim"]
 
 TENSOR_METRIC_CANDIDATES = (
     "sm__pipe_tensor_cycles_active.avg",
@@ -25,6 +25,7 @@ TENSOR_METRIC_CANDIDATES = (
 DEFAULT_METRICS = (
     TENSOR_METRIC_CANDIDATES[0],
     "gr__cycles_elapsed.max",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
 )
@@ -85,13 +86,26 @@ def parse_ncu_csv(text: str):
 
 
 def add_fractions(df, tensor_metric: str | None = None):
-    """Adds ``tensor_pipe_frac`` = tensor-pipe active cycles (per-SM average) / elapsed cycles."""
+    """Adds ``tensor_pipe_frac`` = tensor-pipe active cycles (per-SM average) / elapsed cycles.
+
+    This is the postmortem's formula. On Hopper the raw ratio can exceed 1 (a busy GEMM read
+    3.6 on an H200): the counter adds up the SM's sub-partition tensor pipes, so compare it
+    with ``sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed`` (collected by
+    default), which ncu normalises to the pipes' peak.
+    """
     df = df.copy()
     metric = tensor_metric or next((m for m in TENSOR_METRIC_CANDIDATES if m in df.columns), None)
     if metric and "gr__cycles_elapsed.max" in df.columns:
         df["tensor_pipe_frac"] = df[metric].astype(float) / df["gr__cycles_elapsed.max"].astype(float)
         df.attrs["tensor_metric"] = metric
     return df
+
+
+def slim(df):
+    """Only the launch identity, the requested metrics' roll-ups, duration and the fractions
+    (``--page raw`` also lists every device attribute)."""
+    keep = [c for c in df.columns if c in _ID_COLUMNS or c.startswith(("sm__", "gr__", "dram__", "gpu__time_duration")) or c == "tensor_pipe_frac"]
+    return df[keep]
 
 
 def available_metrics(ncu: str | None = None) -> set[str]:

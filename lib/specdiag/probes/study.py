@@ -56,7 +56,7 @@ def collect(seconds: float = 3.0, period_s: float = 0.05, context: int = 131072,
         for name in WORKLOADS:
             try:
                 df, raw = ncu_mod.run_ncu(["-m", "specdiag.probes.workloads", name, "--iters", "1", "--context", str(context)], kernel_regex=KERNEL_REGEX[name])
-                doc["ncu"][name] = json.loads(df.to_json(orient="records"))
+                doc["ncu"][name] = json.loads(ncu_mod.slim(df).to_json(orient="records"))
                 doc["ncu_raw"][name] = raw[-20000:]
                 progress(f"ncu {name}: {len(df)} kernel(s), tensor-pipe fraction {df['tensor_pipe_frac'].round(4).tolist() if 'tensor_pipe_frac' in df else 'n/a'}")
             except Exception as e:  # record why, keep the sampler data
