@@ -101,7 +101,7 @@ def speculative_generate(target: TargetLM, drafter: Drafter, prompt: torch.Tenso
         t0 = time.time()
         tcache, dcache = KVCache(len(target.blocks)), KVCache(len(drafter.blocks))
         target.prefill(prompt[:-1], tcache)
-        w = min(drafter.window + drafter.cfg.block, prompt.numel())  # the extra tokens seed the lag features
+        w = min(drafter.window, prompt.numel())
         drafter.extend_cache(prompt[-w:], prompt.numel() - w, dcache)
         n = prompt.numel()  # the root (last committed token) sits at position n - 1
         root = int(prompt[-1])

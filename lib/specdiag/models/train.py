@@ -99,18 +99,8 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
     fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
 
-    dcfg = DrafterConfig(vocab=s.vocab, train_len=s.length)
-    drafter = Drafter(dcfg).to(dev)
-    w, blk = dcfg.window, dcfg.block
-    if s.length < w + 2 * blk + 2:
-        raise ValueError(f"training length {s.length} is too short for the drafter's window {w} + 2 x block {blk}")
-
-    def windows(x):  # history + the window ending at a random anchor, and the block after it
-        anchors = torch.randint(w - 1 + blk, s.length - blk - 1, (x.shape[0],), generator=g, device=dev)
-        win = x.gather(1, anchors[:, None] - (w - 1 + blk) + torch.arange(w + blk, device=dev)[None])
-        return win, x.gather(1, anchors[:, None] + 1 + torch.arange(blk, device=dev)[None])
-
-    fit("drafter", drafter, s.drafter_steps, windows)
+    drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.length)).to(dev)
+    fit("drafter", drafter, s.drafter_steps, lambda x: (x[:, :-1], x[:, 1:]))  # causal LM within its window
     log["seconds"] = time.time() - t0
     log["device"] = str(dev)
     out = Path(out_dir)
