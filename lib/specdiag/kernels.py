@@ -137,7 +137,6 @@ def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
 _modules: dict[tuple[str, int], object] = {}
 _contexts: dict[int, object] = {}
 _streams: dict[int, object] = {}
-_smem_raised: dict[int, int] = {}  # id(function) -> dynamic shared memory limit already set
 
 
 def _primary_context(device_index: int):
@@ -191,11 +190,10 @@ def launch(func, grid, block, args, shared: int = 0, device_index: int | None = 
 
     dev = torch.cuda.current_device() if device_index is None else int(device_index)
     current = torch.cuda.current_stream(dev)
-    if shared > 48 * 1024 and _smem_raised.get(id(func), 0) < shared:
+    if shared > 48 * 1024:  # a driver call of a microsecond; caching it by object id proved unsafe
         import pycuda.driver as cuda
 
         func.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
-        _smem_raised[id(func)] = shared
     if current.cuda_stream == 0:
         func(*args, grid=tuple(grid), block=tuple(block), shared=shared)
         return
