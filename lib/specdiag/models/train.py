@@ -25,9 +25,12 @@ __all__ = ["TrainSettings", "train", "load_models", "save_model"]
 
 
 class TrainSettings:
-    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64):
+    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=1024):
+        if drafter_length > length:
+            raise ValueError(f"drafter_length {drafter_length} cannot exceed the training length {length}")
         self.seed, self.target_steps, self.drafter_steps = seed, target_steps, drafter_steps
         self.batch, self.length, self.pool, self.lr, self.vocab = batch, length, pool, lr, vocab
+        self.drafter_length = drafter_length
 
     def to_dict(self):
         return dict(vars(self))
@@ -99,8 +102,15 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
     fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
 
-    drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.length)).to(dev)
-    fit("drafter", drafter, s.drafter_steps, lambda x: (x[:, :-1], x[:, 1:]))  # causal LM within its window
+    drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.drafter_length)).to(dev)
+    n = s.drafter_length
+
+    def crop(x):  # a random drafter_length + 1 slice of each row; causal LM within the window
+        off = int(torch.randint(0, s.length - n, (1,), generator=g, device=dev)) if s.length > n else 0
+        x = x[:, off : off + n + 1]
+        return x[:, :-1], x[:, 1:]
+
+    fit("drafter", drafter, s.drafter_steps, crop)
     log["seconds"] = time.time() - t0
     log["device"] = str(dev)
     out = Path(out_dir)
@@ -143,9 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--drafter-steps", type=int, default=2500)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--length", type=int, default=1024)
+    ap.add_argument("--length", type=int, default=1024, help="target's training length")
+    ap.add_argument("--drafter-length", type=int, default=1024)
     a = ap.parse_args(argv)
-    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr))
+    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length))
     print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
     return 0
 
