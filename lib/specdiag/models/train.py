@@ -25,7 +25,8 @@ __all__ = ["TrainSettings", "train", "load_models", "save_model"]
 
 
 class TrainSettings:
-    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=1024):
+    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=None):
+        drafter_length = min(1024, length) if drafter_length is None else drafter_length
         if drafter_length > length:
             raise ValueError(f"drafter_length {drafter_length} cannot exceed the training length {length}")
         self.seed, self.target_steps, self.drafter_steps = seed, target_steps, drafter_steps
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--length", type=int, default=1024, help="target's training length")
-    ap.add_argument("--drafter-length", type=int, default=1024)
+    ap.add_argument("--drafter-length", type=int, default=None, help="default: min(1024, --length)")
     a = ap.parse_args(argv)
     log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length))
     print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
