@@ -91,6 +91,33 @@ def test_unsupported_metrics_are_nan_and_explained():
     assert any("gpm_sm_util" in m and "Hopper" in m for m in msgs)
 
 
+class StaleGpmBackend(nvml.ReplayBackend):
+    """Every other GPM reading has not advanced: utilizations 0, the rate NaN."""
+
+    def __init__(self, rows):
+        super().__init__(rows)
+        self.calls = 0
+
+    def gpm_metrics(self, s1, s2):
+        self.calls += 1
+        if self.calls % 2 == 0:
+            return {"gpm_sm_util": 0.0, "gpm_sm_occupancy": 0.0, "gpm_any_tensor_util": 0.0, "gpm_dram_bw_util": math.nan}
+        return super().gpm_metrics(s1, s2)
+
+
+def test_stale_gpm_readings_are_blank_not_zero():
+    s = nvml.NvmlSampler(period_s=0.01, backend=StaleGpmBackend([ROW]))
+    with s:
+        s.mark("work")
+        time.sleep(0.1)
+    df = s.frame()
+    assert df.gpm_sm_util.isna().any() and not (df.gpm_sm_util == 0).any()
+    # recorded data from a sampler without the check: zeros with a NaN rate are masked
+    old = pd.DataFrame([dict(ROW, t_s=0.0, phase="w"), dict(ROW, t_s=0.05, phase="w", gpm_sm_util=0.0, gpm_sm_occupancy=0.0, gpm_any_tensor_util=0.0, gpm_dram_bw_util=math.nan)])
+    summ = nvml.summarize(old, skip_first=0)
+    assert summ.gpm_sm_util.iloc[0] == pytest.approx(6.0)
+
+
 def test_sampler_rejects_bad_period():
     with pytest.raises(ValueError):
         nvml.NvmlSampler(period_s=0, backend=nvml.ReplayBackend([ROW]))

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 
-__all__ = ["COLUMNS", "GPM_METRICS", "NvmlBackend", "NvmlSampler", "ReplayBackend", "summarize"]
+__all__ = ["COLUMNS", "GPM_METRICS", "NvmlBackend", "NvmlSampler", "ReplayBackend", "mask_stale_gpm", "summarize"]
 
 # NVML GPM metric ids (nvml.h: NVML_GPM_METRIC_*)
 GPM_METRICS = {
@@ -221,9 +221,15 @@ class NvmlSampler:
             if self._gpm_ok.get(i):
                 try:
                     cur = self.backend.gpm_sample(i)
-                    row.update(self.backend.gpm_metrics(self._prev[i], cur))
-                    self.backend.gpm_free(self._prev[i])
-                    self._prev[i] = cur
+                    m = self.backend.gpm_metrics(self._prev[i], cur)
+                    if any(math.isnan(v) for v in m.values()):
+                        # the driver's GPM sample had not advanced (it updates about every
+                        # 100 ms): no reading this time; keep the older sample as the base
+                        self.backend.gpm_free(cur)
+                    else:
+                        row.update(m)
+                        self.backend.gpm_free(self._prev[i])
+                        self._prev[i] = cur
                 except Exception as e:  # driver refused: record once, stop asking
                     self._gpm_ok[i] = False
                     for m in GPM_METRICS:
@@ -239,12 +245,28 @@ class NvmlSampler:
         return [f"GPU {g}: {m} unavailable ({why})" for (g, m), why in sorted(self.unsupported.items())]
 
 
+def mask_stale_gpm(df):
+    """GPM readings whose sample had not advanced are blanked.
+
+    NVML's GPM samples update about every 100 ms: a pair of samples closer than that spans
+    no time, so its rate (DRAM bandwidth) is NaN and its utilizations read 0. Samplers before
+    this check recorded such rows; they must not count as idle.
+    """
+    df = df.copy()
+    stale = df["gpm_dram_bw_util"].isna()
+    df.loc[stale, list(GPM_METRICS)] = math.nan
+    return df
+
+
 def summarize(df, by: str = "phase", skip_first: int = 2):
-    """Mean of every metric per phase (first ``skip_first`` samples of each phase dropped)."""
+    """Mean of every metric per phase (first ``skip_first`` samples of each phase dropped;
+    samples taken before the first ``mark`` carry no phase and are left out; stale GPM
+    readings are blanked first, see ``mask_stale_gpm``)."""
     import pandas as pd
 
     parts = []
-    for key, g in df.groupby([by, "gpu"], sort=False):
+    df = mask_stale_gpm(df)
+    for key, g in df[df[by].astype(bool)].groupby([by, "gpu"], sort=False):
         g = g.iloc[skip_first:] if len(g) > skip_first else g
         row = g[COLUMNS[2:]].mean(numeric_only=True).to_dict()
         row.update({by: key[0], "gpu": key[1], "samples": len(g)})
