@@ -129,3 +129,13 @@ def test_saved_weights_are_small_and_reload(tmp_path):
 def test_bad_prompts():
     with pytest.raises(ValueError):
         specdec.make_prompt("poetry", 10)
+
+
+def test_continuation_accuracy_scores_each_model(tiny_models):
+    target, drafter = tiny_models
+    rows = specdec.continuation_accuracy(target, drafter, contexts=(300,), tail=64)
+    assert {r["text"] for r in rows} == {"predictable", "prose"}
+    for r in rows:
+        for k in ("target_acc", "drafter_acc", "agreement"):
+            assert 0.0 <= r[k] <= 1.0
+        assert r["target_yarn"] == specdec.target_yarn_for(target, 300)

@@ -36,6 +36,14 @@ def available() -> bool:
 if triton is not None:
 
     @triton.jit
+    def _scores(q, qpe, k, kpe, sm_scale, UPCAST: tl.constexpr):
+        """Scaled scores of the 512-wide latent part plus the 64-wide rope part."""
+        if UPCAST:  # Triton's CPU interpreter has no bf16 dot
+            k = k.to(tl.float32)
+            kpe = kpe.to(tl.float32)
+        return (tl.dot(q, k) + tl.dot(qpe, kpe)) * sm_scale
+
+    @triton.jit
     def _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST: tl.constexpr):
         """One key block of the online softmax: rescale the running sums, add P @ V."""
         n_max = tl.maximum(tl.max(qk, 1), m_i)
@@ -94,12 +102,7 @@ if triton is not None:
             loc = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0)
             k = tl.load(K_buf + loc[None, :] * stride_kbuf + offs_d[:, None], mask=mask_n[None, :], other=0.0)
             kpe = tl.load(K_buf + loc[None, :] * stride_kbuf + offs_dpe[:, None], mask=mask_n[None, :], other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-                kpe = kpe.to(tl.float32)
-            qk = tl.dot(q, k)
-            qk += tl.dot(qpe, kpe)
-            qk *= sm_scale
+            qk = _scores(q, qpe, k, kpe, sm_scale, UPCAST)
             qk = tl.where(mask_m[:, None] & mask_n[None, :], qk, float("-inf"))
             v = tl.load(K_buf + loc[:, None] * stride_kbuf + offs_dv[None, :], mask=mask_n[:, None], other=0.0)
             m_i, l_i, acc = _online_softmax_step(qk, v, m_i, l_i, acc, UPCAST)
@@ -111,12 +114,7 @@ if triton is not None:
             k_rows = (q_start + offs_n) * stride_kext
             k = tl.load(K_ext + k_rows[None, :] + offs_d[:, None], mask=mask_n[None, :], other=0.0)
             kpe = tl.load(K_ext + k_rows[None, :] + offs_dpe[:, None], mask=mask_n[None, :], other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-                kpe = kpe.to(tl.float32)
-            qk = tl.dot(q, k)
-            qk += tl.dot(qpe, kpe)
-            qk *= sm_scale
+            qk = _scores(q, qpe, k, kpe, sm_scale, UPCAST)
             cm = tl.load(
                 mask_ptr + mask_start + offs_m[:, None] * mask_row + prefix_len + offs_n[None, :],
                 mask=mask_m[:, None] & mask_n[None, :],

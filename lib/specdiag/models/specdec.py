@@ -22,7 +22,7 @@ from ..tree import apply_compaction, build_ddtree, compaction_indices, verify_gr
 from .corpus import MarkovProse, repeated
 from .lm import Drafter, KVCache, TargetLM
 
-__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "FAULTS"]
+__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "FAULTS"]
 
 
 @dataclass
@@ -205,10 +205,38 @@ def main(argv=None) -> int:
             spec = speculative_generate(target, drafter, p, a.new_tokens, budget=a.budget).tokens
             lossless.append(dict(context=ctx, text=kind, equal=spec == greedy_generate(target, p, a.new_tokens)))
             print("lossless", lossless[-1])
-    doc = {"kind": "drafter_validation", "machine": machine_metadata(), "budget": a.budget, "new_tokens": a.new_tokens, "rows": rows, "lossless": lossless}
+    accuracy = continuation_accuracy(target, drafter, contexts=contexts)
+    doc = {"kind": "drafter_validation", "machine": machine_metadata(), "budget": a.budget, "new_tokens": a.new_tokens, "rows": rows, "lossless": lossless, "accuracy": accuracy}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
     return 0 if all(x["equal"] for x in lossless) else 1
+
+
+
+@torch.no_grad()
+def continuation_accuracy(target: TargetLM, drafter: Drafter, contexts=(1024, 4096, 16384), kinds=("predictable", "prose"), tail: int = 256, seed: int = 0) -> list[dict]:
+    """Each model on its own: teacher-forced next-token accuracy over the last ``tail`` tokens
+    of the sweep's prompts (target with the sweep's YaRN; drafter through its window).
+
+    Commit length measures drafter-target *agreement*; this splits it: on predictable text the
+    right answer is known, so a drop can be pinned on the model that stops finding it.
+    """
+    rows = []
+    dev = target.head.weight.device
+    for ctx in contexts:
+        for kind in kinds:
+            p = make_prompt(kind, ctx, target.cfg.vocab, seed=seed).to(dev)
+            saved = target.yarn
+            try:
+                target.set_yarn(target_yarn_for(target, ctx))
+                t_pred = target(p[None, :-1])[0, -tail:].argmax(-1)
+            finally:
+                target.set_yarn(saved)
+            d_in = p[-(drafter.window + tail + 1) :]
+            d_pred = drafter(d_in[None, :-1])[0, -tail:].argmax(-1)
+            truth = p[-tail:]
+            rows.append(dict(context=ctx, text=kind, target_acc=float((t_pred == truth).float().mean()), drafter_acc=float((d_pred == truth).float().mean()), agreement=float((t_pred == d_pred).float().mean()), target_yarn=target_yarn_for(target, ctx)))
+    return rows
 
 
 if __name__ == "__main__":
