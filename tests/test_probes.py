@@ -121,3 +121,21 @@ def test_stale_gpm_readings_are_blank_not_zero():
 def test_sampler_rejects_bad_period():
     with pytest.raises(ValueError):
         nvml.NvmlSampler(period_s=0, backend=nvml.ReplayBackend([ROW]))
+
+
+def test_recorded_probe_data_parses_and_tells_the_story():
+    doc = data.load_json("probes_h200.json")
+    assert doc["machine"]["gpu"].startswith("NVIDIA") and doc["machine"].get("driver")
+    samples = pd.DataFrame(doc["samples"])
+    assert list(samples.columns) == nvml.COLUMNS + ["phase"]
+    summ = nvml.summarize(samples).set_index("phase")
+    base, gemm = summ.loc["baseline"], summ.loc["gemm"]
+    assert base.util_gpu_pct > 90 and base.gpm_sm_util < 10 and base.gpm_dram_bw_util < 2  # busy by duty cycle, idle by GPM
+    assert gemm.gpm_any_tensor_util > 10 * base.gpm_any_tensor_util
+    # the raw ncu output stored with the data parses to the same rows
+    for name, raw in doc["ncu_raw"].items():
+        df = ncu.slim(ncu.add_fractions(ncu.parse_ncu_csv(raw)))
+        rec = doc["ncu"][name]
+        assert len(df) == len(rec)
+        assert df["tensor_pipe_frac"].tolist() == pytest.approx([r["tensor_pipe_frac"] for r in rec])
+    assert doc["ncu"]["baseline"][0]["Grid Size"] == "(1, 8, 1)"  # 8 CTAs on 132 SMs
