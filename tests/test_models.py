@@ -100,7 +100,6 @@ def test_perfect_drafter_commits_whole_blocks(tiny_models, monkeypatch):
     p = specdec.make_prompt("prose", 200, 64, seed=5)
     want = specdec.greedy_generate(target, p, 40)
     block = drafter.cfg.block
-    state = {"at": 0}
 
     def oracle(next_pos, cache):
         i = next_pos - p.numel()

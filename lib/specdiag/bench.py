@@ -105,12 +105,15 @@ def _do_bench(fn, rep_ms: float = 60.0) -> float:
     return float(do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"))
 
 
+def _copy_ms(nbytes: int) -> float:
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    return _do_bench(lambda: dst.copy_(src))
+
+
 def measure_ceilings(copy_bytes: int = 2 << 30, gemm: int = 8192) -> dict:
     """Device-to-device copy bandwidth (read + write bytes) and bf16 GEMM rate on random data."""
-    a = torch.empty(copy_bytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
-    b = torch.empty_like(a)
-    t_copy = _do_bench(lambda: b.copy_(a))
-    del a, b
+    t_copy = _copy_ms(copy_bytes)
     x = torch.randn(gemm, gemm, device="cuda", dtype=torch.bfloat16)
     y = torch.randn(gemm, gemm, device="cuda", dtype=torch.bfloat16)
     t_gemm = _do_bench(lambda: x @ y)
@@ -241,8 +244,6 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
                     row["tflop_s"] = cost["flops"] / (ms * 1e-3) / 1e12
                     rows.append(row)
                     progress(f"{impl:>10} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.3f} ms  {row['tb_s']:.2f} TB/s  {row['tflop_s']:.1f} TFLOP/s  ({time.time() - t0:.1f}s)")
-                    del rot, calls
-                    torch.cuda.empty_cache()
     return rows
 
 

@@ -181,7 +181,6 @@ def main(argv=None) -> int:
     """python -m specdiag.models.specdec --models data/models --out data/drafter_validation_h200.json"""
     import argparse
     import json
-    import sys
     from pathlib import Path
 
     from ..bench import machine_metadata
