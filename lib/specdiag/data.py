@@ -45,7 +45,7 @@ def choose_source(measure: str) -> str:
 
 
 def describe_machine(meta: dict) -> str:
-    keys = ("gpu", "sm_count", "driver", "cuda_runtime", "torch", "triton", "pycuda", "recorded_utc")
+    keys = ("gpu", "device", "sm_count", "driver", "cuda_runtime", "torch", "triton", "pycuda", "recorded_utc")
     return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) is not None)
 
 

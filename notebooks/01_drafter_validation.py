@@ -1,0 +1,139 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Drafter validation: is the drafter still good at long context?
+#
+# Decode at 185k context ran at 0.7 tok/s. The first suspect in a speculative deployment is the
+# drafter: if its sliding window, its YaRN rope scaling or its draft KV cache broke at long
+# context, every step would commit ~1 token and the target would do all the work.
+#
+# The test: controlled prompts at 1k / 16k / 64k / 128k context, **predictable** text (a segment
+# repeated: the drafter should nail it) and **free prose** (locally plausible, not predictable),
+# and the **commit length** per verify step (accepted drafts + the bonus token). A healthy
+# drafter keeps a flat, high curve on predictable text at every context. To show that the flat
+# curve *means* something, each fault is injected on purpose and must make it collapse.
+#
+# The models are small but real, trained by `python -m specdiag.models.train` (seed 0, about a
+# minute on an H200; weights in `data/models/`): a 2-layer target LM (RoPE, run with YaRN past
+# its 1,024-token training length) and a 2-layer drafter with a 128-token sliding window and its
+# own draft KV cache, whose 8 per-position distributions feed a DDTree tree of 16 nodes. The
+# drafter drafts its block autoregressively (EAGLE-style) rather than in one DFlash-style
+# parallel pass: a block-parallel drafter of this size did not learn to copy in the training
+# budget. Everything downstream (tree, verify, commit, compaction) is the same.
+
+# %% tags=["parameters"]
+smoke = False
+measure = "auto"  # "auto": run the sweep on a GPU if present, else recorded; "always"; "never"
+models_dir = "data/models"
+validation_file = "drafter_validation_h200.json"
+accuracy_file = "drafter_accuracy.json"
+new_tokens = 64
+budget = 16
+
+# %%
+import json
+
+import pandas as pd
+import torch
+
+from specdiag import data
+from specdiag.models import specdec
+from specdiag.models.train import load_models
+
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+target, drafter = load_models(models_dir, dev)
+log = json.loads((data.data_dir() / "models" / "train_log.json").read_text())
+print(f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.2f} M params, final loss {log['target_loss'][-1][1]:.3f}; "
+      f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f} M params, window {drafter.window}, block {drafter.cfg.block}, final loss {log['drafter_loss'][-1][1]:.3f}")
+print("trained on:", data.describe_machine(log.get("machine", {})) or log.get("device"))
+
+# %% [markdown]
+# ## 1. Lossless: speculative output equals plain greedy decoding
+# Checked live here, at a context small enough for any machine.
+
+# %%
+ctx_live = 600 if smoke else 2048
+for kind in ("predictable", "prose"):
+    p = specdec.make_prompt(kind, ctx_live, target.cfg.vocab)
+    spec = specdec.speculative_generate(target, drafter, p, 32, budget=budget)
+    plain = specdec.greedy_generate(target, p, 32)
+    print(f"{kind:>11} @ {ctx_live}: identical to greedy: {spec.tokens == plain}; commit lengths {spec.commit_lengths}")
+    assert spec.tokens == plain
+
+# %% [markdown]
+# ## 2. The sweep: commit length vs context, healthy and with each fault
+
+# %%
+source = data.choose_source(measure)
+if source == "measure":
+    contexts = (1024, 4096) if smoke else (1024, 16384, 65536, 131072)
+    rows = specdec.validation_sweep(target, drafter, contexts=contexts, new_tokens=16 if smoke else new_tokens, budget=budget)
+else:
+    doc = data.load_json(validation_file)
+    rows = doc["rows"]
+    print("no GPU here (or measure='never'): using recorded data/" + validation_file)
+    print("recorded on:", data.describe_machine(doc["machine"]))
+    print("lossless checks recorded there:", doc.get("lossless"))
+df = pd.DataFrame(rows)
+table = df.pivot_table(index=["text", "fault"], columns="context", values="mean_commit").round(2)
+table
+
+# %%
+import matplotlib.pyplot as plt
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+for ax, kind in zip(axes, ("predictable", "prose")):
+    for fault, g in df[df.text == kind].groupby("fault", sort=False):
+        ax.plot(g.context / 1024, g.mean_commit, "o-", label=fault, lw=3 if fault == "healthy" else 1.5)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context (k tokens)")
+    ax.set_title(f"{kind} text")
+    ax.grid(alpha=0.3)
+axes[0].set_ylabel("mean commit length per verify step")
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+
+# %% [markdown]
+# ## 3. Whose fault is a drop? Each model against the known answer
+# Commit length measures how often drafter and target *agree*. On predictable text the right
+# next token is known, so each model can be scored on its own (teacher-forced accuracy over the
+# prompt's last 256 tokens; target with the YaRN factor the sweep used, drafter through its
+# window).
+
+# %%
+if source == "measure":
+    acc_rows = specdec.continuation_accuracy(target, drafter, contexts=(1024, 4096) if smoke else (1024, 4096, 16384, 65536))
+else:
+    acc_doc = data.load_json(accuracy_file)
+    acc_rows = acc_doc["rows"]
+    print("recorded on:", data.describe_machine(acc_doc["machine"]))
+acc = pd.DataFrame(acc_rows)
+acc.pivot_table(index="context", columns="text", values=["target_acc", "drafter_acc", "agreement"]).round(3)
+
+# %% [markdown]
+# ## Reading it
+# * **At 1k context the method works as intended.** Healthy, the commit length on predictable
+#   text is about 8 of a possible 9 (8 drafted + the bonus token); each fault collapses it:
+#   the **broken window** (8 tokens instead of 128: the repeat no longer fits) and the **stale
+#   draft KV** (committed tokens never reach the draft cache) to about 1, and the **wrong YaRN
+#   factor** (rotary frequencies the drafter was not trained with) to about 3.5. A flat, high
+#   healthy curve is therefore evidence about the window, the YaRN setting and the draft cache.
+# * **Past 1k this small target is the limit, not the drafter.** The drafter keeps finding the
+#   repeat at every context (accuracy 99.6-100%), while the target, trained on 1,024-token
+#   sequences and stretched with YaRN without fine-tuning, loses it (100% at 1k, 89% at 4k,
+#   78% at 16k, 38% at 64k, 22% at 128k). Commit length follows the target down. Reproducing the deployment's flat 7-8
+#   at 128k needs a target trained at long context (the next step for this notebook); the
+#   drafter checks above are already context-independent.
+# * In the deployment, the measured commit length on predictable text stayed at 7-8 at every
+#   context: the healthy signature. Sliding window, YaRN and draft KV cache were fine, and the
+#   collapse had to be somewhere else (notebooks 02-05).
