@@ -138,3 +138,24 @@ def test_continuation_accuracy_scores_each_model(tiny_models):
         for k in ("target_acc", "drafter_acc", "agreement"):
             assert 0.0 <= r[k] <= 1.0
         assert r["target_yarn"] == specdec.target_yarn_for(target, 300)
+
+
+def test_recorded_drafter_validation():
+    from specdiag import data
+
+    doc = data.load_json("drafter_validation_h200.json")
+    assert doc["lossless"] and all(x["equal"] for x in doc["lossless"])
+    at1k = {r["fault"]: r["mean_commit"] for r in doc["rows"] if r["context"] == 1024 and r["text"] == "predictable"}
+    assert at1k["healthy"] > 6
+    for fault in ("broken window", "stale draft KV", "wrong YaRN"):
+        assert at1k[fault] < at1k["healthy"] / 2, fault
+    acc = data.load_json("drafter_accuracy.json")["rows"]
+    pred = [r for r in acc if r["text"] == "predictable"]
+    assert min(r["drafter_acc"] for r in pred) > 0.95  # the drafter keeps the repeat at every context
+
+
+def test_shipped_models_load():
+    from specdiag import data
+
+    t, d = load_models(data.data_dir() / "models")
+    assert d.window == 128 and d.cfg.block == 8 and t.cfg.train_len == 1024
