@@ -14,13 +14,18 @@ def _label(impl):
     return _STYLE.get(impl, (None, impl))
 
 
-def step_time_vs_context(df, heads: int, nodes: int, incident: dict | None = None, layers: int = 61):
-    """61-layer attention time per verify step against context, per implementation."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+def _impl_lines(ax, df, heads: int, nodes: int, values) -> None:
+    """One line per implementation for a (heads, nodes) shape: ``values(group)`` against context."""
     sel = df[(df.heads == heads) & (df.nodes == nodes) & df.ms.notna()]
     for impl, g in sel.groupby("impl"):
         color, label = _label(impl)
-        ax.plot(g.context / 1024, g.ms * layers, "o-", color=color, label=label)
+        ax.plot(g.context / 1024, values(g), "o-", color=color, label=label)
+
+
+def step_time_vs_context(df, heads: int, nodes: int, incident: dict | None = None, layers: int = 61):
+    """61-layer attention time per verify step against context, per implementation."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _impl_lines(ax, df, heads, nodes, lambda g: g.ms * layers)
     if incident:
         ctx = sorted(incident)
         ax.plot([c / 1024 for c in ctx], [incident[c] for c in ctx], "k*--", ms=10, label="deployment step time (reported)")
@@ -37,10 +42,7 @@ def step_time_vs_context(df, heads: int, nodes: int, incident: dict | None = Non
 def gap_vs_context(df, heads: int, nodes: int):
     """Measured time over the roofline floor (x_floor column from analysis.add_roofline)."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    sel = df[(df.heads == heads) & (df.nodes == nodes) & df.ms.notna()]
-    for impl, g in sel.groupby("impl"):
-        color, label = _label(impl)
-        ax.plot(g.context / 1024, g.x_floor, "o-", color=color, label=label)
+    _impl_lines(ax, df, heads, nodes, lambda g: g.x_floor)
     ax.axhline(1.2, color="k", ls=":", lw=1, label="1.2x of the floor (target)")
     ax.set_yscale("log")
     ax.set_xlabel("context (k tokens)")
