@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .corpus import MarkovProse
+from .corpus import MarkovProse, add_repeats
 from .lm import Drafter, DrafterConfig, LMConfig, TargetLM
 
 __all__ = ["TrainSettings", "train", "load_models", "save_model"]
@@ -37,31 +37,10 @@ class TrainSettings:
         return dict(vars(self))
 
 
-def _pool(prose: MarkovProse, n: int, length: int, g: torch.Generator, device) -> torch.Tensor:
-    """A pool of prose sequences, sampled on ``device`` (one multinomial per position for all rows)."""
-    probs = prose.probs.to(device)
-    out = torch.empty(n, length, dtype=torch.long, device=device)
-    a = torch.randint(0, prose.vocab, (n,), generator=g, device=device)
-    b = torch.randint(0, prose.vocab, (n,), generator=g, device=device)
-    for i in range(length):
-        c = torch.multinomial(probs[a, b], 1, generator=g)[:, 0]
-        out[:, i] = c
-        a, b = b, c
-    return out
-
-
 def _batch(pool: torch.Tensor, batch: int, vocab: int, g: torch.Generator) -> torch.Tensor:
-    """Pool rows; half of them turn into repeats of a random segment from a random point on."""
-    dev = pool.device
-    idx = torch.randint(0, pool.shape[0], (batch,), generator=g, device=dev)
-    x = pool[idx].clone()
-    length = x.shape[1]
-    for i in range(batch // 2, batch):
-        period = int(torch.randint(8, 97, (1,), generator=g, device=dev))
-        start = int(torch.randint(0, length // 2, (1,), generator=g, device=dev))
-        seg = torch.randint(0, vocab, (period,), generator=g, device=dev)
-        x[i, start:] = seg.repeat((length - start + period - 1) // period)[: length - start]
-    return x
+    """Pool rows (prose); half of them turn into repeats (``corpus.add_repeats``)."""
+    idx = torch.randint(0, pool.shape[0], (batch,), generator=g, device=pool.device)
+    return add_repeats(pool[idx].clone(), vocab, g)
 
 
 def _schedule(opt, step, total, lr):
@@ -78,7 +57,7 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     g = torch.Generator(device=dev).manual_seed(s.seed)
     prose = MarkovProse(s.vocab, seed=s.seed)
     t0 = time.time()
-    pool = _pool(prose, s.pool, s.length, g, dev)
+    pool = prose.sample_batch(s.pool, s.length, g, device=dev)  # prose sequences, sampled on the device
     log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0, "target_loss": [], "drafter_loss": []}
     amp = dict(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else dict(device_type="cpu", enabled=False)
 
