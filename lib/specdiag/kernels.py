@@ -158,11 +158,8 @@ def _pop_context(ctx) -> None:
         pass
 
 
-def load_module(name: str, device_index: int | None = None, arch: str | None = None, defines: dict | None = None):
-    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device.
-
-    ``defines`` become ``-DKEY=VALUE`` options (kernel variants, e.g. ``TV_QK_CHAINS``).
-    """
+def load_module(name: str, device_index: int | None = None, arch: str | None = None):
+    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device."""
     import torch
 
     if not torch.cuda.is_available():
@@ -172,15 +169,14 @@ def load_module(name: str, device_index: int | None = None, arch: str | None = N
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise RuntimeError("pycuda is not installed: pip install 'specdiag[gpu]'") from e
     dev = torch.cuda.current_device() if device_index is None else int(device_index)
-    opts = tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
-    key = (name, dev, opts)
+    key = (name, dev)
     if key not in _modules:
         torch.cuda.init()
         _primary_context(dev)
         if arch is None:
             major, minor = torch.cuda.get_device_capability(dev)
             arch = f"sm_{major}{minor}"
-        _modules[key] = SourceModule(kernel_source(name), arch=arch, no_extern_c=True, options=["-O3", "-std=c++17", *opts])
+        _modules[key] = SourceModule(kernel_source(name), arch=arch, no_extern_c=True, options=["-O3", "-std=c++17"])
     return _modules[key]
 
 

@@ -69,11 +69,10 @@ class NativeTreeVerify:
 
     Same contract as ``tree_verify_attention_ref``: needs bf16 ``q``/``kv_pool``/``tree_kv`` of
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
-    float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
-    ``defines`` selects a compile-time kernel variant (see the .cu).
+    float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan.
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, defines=None):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True):
         import numpy as np
 
         from .. import kernels
@@ -111,7 +110,7 @@ class NativeTreeVerify:
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
         with torch.cuda.device(dev):
-            mod = kernels.load_module("tree_verify_mla", dev.index, defines=defines)
+            mod = kernels.load_module("tree_verify_mla", dev.index)
         self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
         ptr = lambda a: np.uintp(a.data_ptr())  # noqa: E731

@@ -71,15 +71,11 @@ def yarn_inv_freq(head_dim: int, base: float, factor: float, original_len: int, 
 
 
 def apply_rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """x [..., S, D] rotated by positions pos [S] (GPT-NeoX half-split layout).
-
-    Partial rotary: only the first ``2 * len(inv_freq)`` dims rotate, the rest pass through.
-    """
-    rd = 2 * inv_freq.numel()
+    """x [..., S, D] rotated by positions pos [S] (GPT-NeoX half-split layout)."""
     ang = pos.to(inv_freq.dtype)[:, None] * inv_freq[None, :].to(pos.device)
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2, rest = x[..., : rd // 2], x[..., rd // 2 : rd], x[..., rd:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
 class KVCache:
