@@ -19,6 +19,7 @@ between, and attention logits are scaled by ``0.1 ln(factor) + 1``.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 import torch
@@ -153,6 +154,16 @@ class TargetLM(nn.Module):
         inv, self.mscale = yarn_inv_freq(self.cfg.dim // self.cfg.heads, self.cfg.rope_base, factor, self.cfg.train_len)
         self.register_buffer("inv_freq", inv, persistent=False)
         self.yarn = factor
+
+    @contextmanager
+    def yarn_scaled(self, factor: float):
+        """Run with YaRN ``factor``, then restore the previous one."""
+        saved = self.yarn
+        self.set_yarn(factor)
+        try:
+            yield self
+        finally:
+            self.set_yarn(saved)
 
     def forward(self, tokens: torch.Tensor, window: int | None = None) -> torch.Tensor:
         """Training: tokens [B, S] -> logits [B, S, V], causal (within ``window`` tokens if given)."""

@@ -13,6 +13,7 @@ Faults that a drafter deployment can suffer, injectable to show what a collapse 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -91,13 +92,13 @@ def speculative_generate(target: TargetLM, drafter: Drafter, prompt: torch.Tenso
     f = faults or Faults()
     dev = target.head.weight.device
     prompt = prompt.to(dev)
-    saved = (drafter.window, drafter.yarn, target.yarn)
-    try:
-        target.set_yarn(target_yarn_for(target, prompt.numel()))
+    with contextlib.ExitStack() as restore:
+        restore.enter_context(target.yarn_scaled(target_yarn_for(target, prompt.numel())))
         if f.broken_window is not None:
+            restore.callback(setattr, drafter, "window", drafter.window)
             drafter.window = f.broken_window
         if f.wrong_yarn is not None:
-            drafter.set_yarn(f.wrong_yarn)
+            restore.enter_context(drafter.yarn_scaled(f.wrong_yarn))
         t0 = time.time()
         tcache, dcache = KVCache(len(target.blocks)), KVCache(len(drafter.blocks))
         target.prefill(prompt[:-1], tcache)
@@ -123,10 +124,6 @@ def speculative_generate(target: TargetLM, drafter: Drafter, prompt: torch.Tenso
         res.seconds = time.time() - t0
         res.tokens = res.tokens[:new_tokens]
         return res
-    finally:
-        drafter.window = saved[0]
-        drafter.set_yarn(saved[1])
-        target.set_yarn(saved[2])
 
 
 @torch.no_grad()
@@ -136,9 +133,7 @@ def greedy_generate(target: TargetLM, prompt: torch.Tensor, new_tokens: int) -> 
 
     dev = target.head.weight.device
     prompt = prompt.to(dev)
-    saved = target.yarn
-    try:
-        target.set_yarn(target_yarn_for(target, prompt.numel()))
+    with target.yarn_scaled(target_yarn_for(target, prompt.numel())):
         cache = KVCache(len(target.blocks))
         target.prefill(prompt[:-1], cache)
         out, tok, n = [], int(prompt[-1]), prompt.numel()
@@ -151,8 +146,6 @@ def greedy_generate(target: TargetLM, prompt: torch.Tensor, new_tokens: int) -> 
             out.append(tok)
             n += 1
         return out
-    finally:
-        target.set_yarn(saved)
 
 
 def make_prompt(kind: str, length: int, vocab: int = 64, seed: int = 0, period: int = 37) -> torch.Tensor:
@@ -225,12 +218,8 @@ def continuation_accuracy(target: TargetLM, drafter: Drafter, contexts=(1024, 40
     for ctx in contexts:
         for kind in kinds:
             p = make_prompt(kind, ctx, target.cfg.vocab, seed=seed).to(dev)
-            saved = target.yarn
-            try:
-                target.set_yarn(target_yarn_for(target, ctx))
+            with target.yarn_scaled(target_yarn_for(target, ctx)):
                 t_pred = target(p[None, :-1])[0, -tail:].argmax(-1)
-            finally:
-                target.set_yarn(saved)
             d_in = p[-(drafter.window + tail + 1) :]
             d_pred = drafter(d_in[None, :-1])[0, -tail:].argmax(-1)
             truth = p[-tail:]
