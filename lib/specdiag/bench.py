@@ -196,6 +196,11 @@ class _Rotation:
         return dict(q=self.q, kv_pool=self.pool, page_table=self.page_tables[i % self.n], prefix_lens=self.prefix_lens, tree_kv=self.tree_kv, tree_mask=self.tree_mask)
 
 
+def _rates(cost: dict, ms: float) -> dict:
+    """Achieved TB/s and TFLOP/s of one timing against an ``attention_cost``."""
+    return {"tb_s": cost["bytes"] / (ms * 1e-3) / 1e12, "tflop_s": cost["flops"] / (ms * 1e-3) / 1e12}
+
+
 def _time_rotating(calls, rep_ms: float) -> float:
     state = {"i": 0}
 
@@ -239,9 +244,7 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
                     else:
                         raise ValueError(f"unknown implementation {impl!r}")
                     ms = _time_rotating(calls, rep_ms)
-                    row = dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, rotation_sets=rot.n, **cost, **extra)
-                    row["tb_s"] = cost["bytes"] / (ms * 1e-3) / 1e12
-                    row["tflop_s"] = cost["flops"] / (ms * 1e-3) / 1e12
+                    row = dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, rotation_sets=rot.n, **cost, **extra, **_rates(cost, ms))
                     rows.append(row)
                     progress(f"{impl:>10} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.3f} ms  {row['tb_s']:.2f} TB/s  {row['tflop_s']:.1f} TFLOP/s  ({time.time() - t0:.1f}s)")
     return rows
@@ -263,8 +266,7 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
                 splits = max(1, math.ceil(waves * sms / m_tiles))
                 ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False) for i in range(rot.n)]
                 ms = _time_rotating([op.run for op in ops], rep_ms)
-                row = dict(context=ctx, heads=h, nodes=t, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms,
-                           tb_s=cost["bytes"] / (ms * 1e-3) / 1e12, tflop_s=cost["flops"] / (ms * 1e-3) / 1e12)
+                row = dict(context=ctx, heads=h, nodes=t, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms, **_rates(cost, ms))
                 rows.append(row)
                 progress(f"ctx={ctx} H={h} T={t} rg={rg} waves={waves} splits={row['splits']}: {ms:.3f} ms {row['tb_s']:.2f} TB/s {row['tflop_s']:.1f} TFLOP/s")
                 del ops
