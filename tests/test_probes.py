@@ -55,7 +55,7 @@ ROW = dict(gpu=0, util_gpu_pct=99.8, util_mem_pct=1.2, power_w=154.0, power_avg_
 
 
 def test_sampler_schema_and_phases():
-    s = nvml.NvmlSampler(period_s=0.01, backend=nvml.ReplayBackend([ROW, dict(ROW, gpu=1, util_gpu_pct=0.0)]))
+    s = nvml.NvmlSampler(period_s=0.01, backend=nvml.ReplayBackend([ROW, dict(ROW, gpu=1, util_gpu_pct=0.0, gpm_sm_util=3.0)]))
     with s:
         s.mark("work")
         time.sleep(0.08)
@@ -67,6 +67,8 @@ def test_sampler_schema_and_phases():
     w0 = summ[(summ.phase == "work") & (summ.gpu == 0)].iloc[0]
     assert w0.util_gpu_pct == pytest.approx(99.8)
     assert w0.power_pct_limit == pytest.approx(22.0)
+    # each GPU's GPM values come from its own rows
+    assert set(df[df.gpu == 1].gpm_sm_util.dropna()) == {3.0}
 
 
 class NoPowerBackend(nvml.ReplayBackend):

@@ -117,14 +117,17 @@ class ReplayBackend:
         self.rows = rows
         self.gpus = sorted({r["gpu"] for r in rows})
         self._at = {g: 0 for g in self.gpus}
+        self._last = {g: next(r for r in rows if r["gpu"] == g) for g in self.gpus}
 
     def device_count(self) -> int:
         return len(self.gpus)
 
     def _next(self, i):
-        mine = [r for r in self.rows if r["gpu"] == self.gpus[i]]
-        r = mine[self._at[self.gpus[i]] % len(mine)]
-        self._at[self.gpus[i]] += 1
+        gpu = self.gpus[i]
+        mine = [r for r in self.rows if r["gpu"] == gpu]
+        r = mine[self._at[gpu] % len(mine)]
+        self._at[gpu] += 1
+        self._last[gpu] = r
         return r
 
     def read(self, i, skip):
@@ -135,7 +138,7 @@ class ReplayBackend:
         return True, ""
 
     def gpm_sample(self, i):
-        return self.rows[(self._at[self.gpus[i]] - 1) % len(self.rows)]
+        return self._last[self.gpus[i]]  # the row just read for this GPU carries its GPM values
 
     def gpm_metrics(self, s1, s2):
         return {k: s2.get(k, math.nan) for k in GPM_METRICS}
