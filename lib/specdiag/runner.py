@@ -42,11 +42,11 @@ def find_notebooks(folder: str | Path | None = None) -> list[Path]:
     return books
 
 
-def notebook_parameters(path: Path) -> dict:
-    """Names and defaults of a notebook's ``parameters`` cell."""
+def notebook_parameters(path: Path, nb=None) -> dict:
+    """Names and defaults of a notebook's ``parameters`` cell (``nb``: the notebook, if already read)."""
     import jupytext
 
-    nb = jupytext.read(path)
+    nb = jupytext.read(path) if nb is None else nb
     for cell in nb.cells:
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             out = {}
@@ -96,11 +96,11 @@ def run_workbook(out_dir: str | Path = "runs/latest", parameters: dict | None = 
     bar = tqdm(books, desc="workbook", unit="nb", disable=not progress)
     for src in bar:
         bar.set_postfix_str(src.stem)
-        declared = notebook_parameters(src)
+        nb = jupytext.read(src)
+        declared = notebook_parameters(src, nb)
         nb_params = {k: v for k, v in params.items() if k in declared}
         ipynb_in = out / f"{src.stem}.source.ipynb"
         executed = out / f"{src.stem}.ipynb"
-        nb = jupytext.read(src)
         nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
         nbformat.write(nb, ipynb_in)
         t0 = time.time()
