@@ -1,6 +1,13 @@
 """Train the target LM and the drafter (reproducible seed; a few minutes on an H200).
 
-    python -m specdiag.models.train --out data/models
+    python -m specdiag.models.train --out data/models --extend-length 16384
+
+The target is trained the way long-context models are: a short-context stage (``--length``)
+in which it learns prose and copying, then a long-context stage (``--extend-length``, fewer
+and longer sequences, lower learning rate) after which its ``train_len`` (YaRN's reference
+length) is the extended one; beyond it YaRN stretches the rotary frequencies. Training at the
+long length from scratch does not work at this size: with the few sequences per step that
+fit, the copy (induction) circuit never forms.
 
 writes ``target.pt`` / ``drafter.pt`` (fp16 state dicts + configs, about 1 MB each) and
 ``train_log.json`` (loss curves, settings, machine). ``load_models(folder)`` reads them back.
@@ -25,13 +32,20 @@ __all__ = ["TrainSettings", "train", "load_models", "save_model"]
 
 
 class TrainSettings:
-    def __init__(self, seed=0, target_steps=2500, drafter_steps=2500, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=None):
+    def __init__(self, seed=0, target_steps=2500, drafter_steps=4000, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=None,
+                 extend_length=None, extend_steps=2400, extend_batch=16, extend_pool=128, extend_lr=5e-4):
         drafter_length = min(1024, length) if drafter_length is None else drafter_length
         if drafter_length > length:
             raise ValueError(f"drafter_length {drafter_length} cannot exceed the training length {length}")
+        if extend_length is not None and extend_length <= length:
+            raise ValueError(f"extend_length {extend_length} must exceed the training length {length}")
+        if extend_length is not None and (extend_steps < 1 or extend_batch < 1 or extend_pool < 1):
+            raise ValueError("extend_steps, extend_batch and extend_pool must be >= 1")
         self.seed, self.target_steps, self.drafter_steps = seed, target_steps, drafter_steps
         self.batch, self.length, self.pool, self.lr, self.vocab = batch, length, pool, lr, vocab
         self.drafter_length = drafter_length
+        self.extend_length, self.extend_steps, self.extend_batch = extend_length, extend_steps, extend_batch
+        self.extend_pool, self.extend_lr = extend_pool, extend_lr
 
     def to_dict(self):
         return dict(vars(self))
@@ -58,15 +72,18 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
     prose = MarkovProse(s.vocab, seed=s.seed)
     t0 = time.time()
     pool = prose.sample_batch(s.pool, s.length, g, device=dev)  # prose sequences, sampled on the device
-    log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0, "target_loss": [], "drafter_loss": []}
+    log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0}
     amp = dict(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else dict(device_type="cpu", enabled=False)
 
-    def fit(name, model, steps, inputs_and_targets):
-        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log."""
-        opt = torch.optim.AdamW(model.parameters(), lr=s.lr, weight_decay=0.01)
+    def fit(name, model, steps, inputs_and_targets, rows=pool, batch=s.batch, lr=s.lr, every_other=None):
+        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log.
+        ``every_other`` = (rows, batch): odd steps draw from those instead."""
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        log[f"{name}_loss"] = []
         for step in range(steps):
-            _schedule(opt, step, steps, s.lr)
-            inputs, targets = inputs_and_targets(_batch(pool, s.batch, s.vocab, g))
+            _schedule(opt, step, steps, lr)
+            src_rows, src_batch = every_other if every_other is not None and step % 2 else (rows, batch)
+            inputs, targets = inputs_and_targets(_batch(src_rows, src_batch, s.vocab, g))
             with torch.autocast(**amp):
                 logits = model(inputs)
             loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), targets.reshape(-1))
@@ -81,6 +98,12 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
 
     target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
     fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
+    if s.extend_length is not None:
+        long_rows = prose.sample_batch(s.extend_pool, s.extend_length, g, device=dev)
+        # long batches alternate with short ones: long-only training at this size loses some
+        # short-context copying (one wrong token per period at 1k, which derails greedy output)
+        fit("target_extend", target, s.extend_steps, lambda x: (x[:, :-1], x[:, 1:]), rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(pool, s.batch))
+        target.cfg.train_len = s.extend_length  # YaRN's reference is now the extended length
 
     drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.drafter_length)).to(dev)
     n = s.drafter_length
@@ -130,13 +153,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target-steps", type=int, default=2500)
-    ap.add_argument("--drafter-steps", type=int, default=2500)
+    ap.add_argument("--drafter-steps", type=int, default=4000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--length", type=int, default=1024, help="target's training length")
     ap.add_argument("--drafter-length", type=int, default=None, help="default: min(1024, --length)")
+    ap.add_argument("--extend-length", type=int, default=None, help="long-context stage for the target (none if not given)")
+    ap.add_argument("--extend-steps", type=int, default=2400, help="half of them on long sequences, half on short ones")
+    ap.add_argument("--extend-batch", type=int, default=16)
+    ap.add_argument("--extend-lr", type=float, default=5e-4)
     a = ap.parse_args(argv)
-    log = train(a.out, TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length))
+    settings = TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length,
+                             extend_length=a.extend_length, extend_steps=a.extend_steps, extend_batch=a.extend_batch, extend_lr=a.extend_lr)
+    log = train(a.out, settings)
     print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
     return 0
 
