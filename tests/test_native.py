@@ -28,7 +28,7 @@ def test_sources_are_shipped():
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc not on PATH")
 @pytest.mark.parametrize("name", kernels.kernel_names())
 def test_compiles_for_sm90_without_spills(name):
-    funcs = kernels.nvcc_check(name, arch="sm_90")
+    funcs = kernels.nvcc_check(name)  # sm_90, or sm_90a where the source says so
     assert funcs, "ptxas reported no kernels"
     for f in funcs.values():
         assert not f.spills, f"{f.name} spills: {f}"
@@ -43,6 +43,39 @@ def test_sass_uses_tensor_cores_and_async_copies():
     assert "LDGSTS.E.BYPASS.128" in sass  # 16-byte cp.async.cg
     assert "LDSM.16.MT88.4" in sass  # transposed ldmatrix for V
     assert "LDL" not in sass and "STL" not in sass  # no local-memory traffic
+
+
+@pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
+def test_wgmma_kernel_sass_uses_warpgroup_mma():
+    sass = kernels.sass("tree_verify_mla_wgmma")
+    assert "HGMMA.64x32x16.F32.BF16" in sass  # S = Q K^T, both operands from shared memory
+    assert "HGMMA.64x256x16.F32.BF16" in sass  # O += P V, P from registers
+    assert "LDGSTS.E.BYPASS.128" in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
+def test_kernel_targets():
+    assert kernels.kernel_arch("tree_verify_mla") == "sm_90"
+    assert kernels.kernel_arch("tree_verify_mla_wgmma") == "sm_90a"
+    assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]
+    assert kernels.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    with pytest.raises(ValueError, match="unknown target"):
+        kernels.arch_flags("hopper")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not on PATH")
+def test_wgmma_kernel_needs_sm90a():
+    with pytest.raises(RuntimeError, match=r"nvcc failed for tree_verify_mla_wgmma\.cu \(sm_90\)"):
+        kernels.nvcc_check("tree_verify_mla_wgmma", arch="sm_90")
+
+
+def test_wgmma_smem_matches_the_source():
+    import re
+
+    src = kernels.kernel_source("tree_verify_mla_wgmma")
+    assert f"// {smem_bytes(4, 'wgmma')} = specdiag.attention.native.smem_bytes(4, \"wgmma\")" in src
+    assert smem_bytes(4, "wgmma") <= 227 * 1024
+    assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(BN)
 
 
 def test_parse_ptxas_report():
@@ -82,6 +115,14 @@ def test_plan_rejects_bad_arguments():
         plan_launch(0, 1, 100, 1, 132)
 
 
+def test_native_rejects_bad_impl_choices():
+    x, _ = make_verify_inputs([10], nodes=3, heads=2, page_size=4)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        NativeTreeVerify(**x, scale=SCALE, impl="tcgen05")
+    with pytest.raises(ValueError, match="64 query rows"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma", rg=2)
+
+
 def test_native_rejects_non_bf16_and_cpu_tensors():
     x, _ = make_verify_inputs([10], nodes=3, heads=2, page_size=4, dtype=torch.float32)
     with pytest.raises(ValueError, match="bf16"):
@@ -98,17 +139,26 @@ def test_wheel_ships_the_cuda_sources(tmp_path):
     (wheel,) = tmp_path.glob("specdiag-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "specdiag/_cu/tree_verify_mla.cu" in names
+    assert "specdiag/_cu/tree_verify_mla_wgmma.cu" in names
     assert "specdiag/attention/native.py" in names
 
 
 # ---------------------------------------------------------------- GPU only
 
 
+def _needs_sm90(impl):
+    if impl == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel is built for sm_90a only")
+
+
 @pytest.mark.gpu
-def test_native_matches_float64_reference_on_gpu():
+@pytest.mark.parametrize("impl", ["mma", "wgmma"])
+def test_native_matches_float64_reference_on_gpu(impl):
     from specdiag.bench import check_native
 
-    results = check_native(seed=int(torch.randint(0, 10_000, (1,))))
+    _needs_sm90(impl)
+    results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl)
+    assert len(results) >= 11
     for r in results:
         assert r["all_written"], r
         assert r["rel_err_out"] < 1e-2, r
@@ -116,12 +166,14 @@ def test_native_matches_float64_reference_on_gpu():
 
 
 @pytest.mark.gpu
-def test_native_runs_on_a_side_stream():
+@pytest.mark.parametrize("impl", ["mma", "wgmma"])
+def test_native_runs_on_a_side_stream(impl):
+    _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")
     ref_o, _ = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SCALE)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        op = NativeTreeVerify(**x, scale=SCALE)
+        op = NativeTreeVerify(**x, scale=SCALE, impl=impl)
         out, _ = op.run()
         res = out.float() * 1  # consumer on the same stream must see the kernel's result
     torch.cuda.synchronize()

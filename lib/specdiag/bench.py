@@ -132,8 +132,10 @@ def measure_ceilings(copy_bytes: int = 2 << 30, gemm: int = 8192) -> dict:
     }
 
 
-def check_native(cases=None, seed: int = 1234) -> list[dict]:
-    """Native kernel vs float64 reference on fresh random inputs, outputs poisoned first."""
+def check_native(cases=None, seed: int = 1234, impl: str = "mma") -> list[dict]:
+    """Native kernel vs float64 reference on fresh random inputs, outputs poisoned first.
+
+    With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left out."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -156,8 +158,10 @@ def check_native(cases=None, seed: int = 1234) -> list[dict]:
         ]
     results = []
     for i, (lens, nodes, heads, ps, shape, rg) in enumerate(cases):
+        if impl == "wgmma" and rg not in (None, 4):
+            continue
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg)
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl)
         op.out.fill_(float("nan"))
         op.lse.fill_(float("nan"))
         op.o_part.fill_(float("nan"))
@@ -168,7 +172,7 @@ def check_native(cases=None, seed: int = 1234) -> list[dict]:
         ref_o, ref_l = tree_verify_attention_ref(**cpu, scale=SOFTMAX_SCALE)
         results.append(
             dict(
-                prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
+                impl=impl, prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
                 splits=op.plan.splits, all_written=written,
                 rel_err_out=relative_error(out, ref_o), rel_err_lse=relative_error(lse, ref_l),
             )
@@ -224,7 +228,7 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
             for t in trees:
                 cost = attention_cost(ctx, t, h)
                 for impl in impls:
-                    ps = 64 if impl == "native" else 1
+                    ps = 64 if impl in ("native", "native_wgmma") else 1
                     if impl == "torch" and t * h * (ctx + t) * 4 > naive_limit_bytes:
                         rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=None, skipped="score matrix too large for the naive path", **cost))
                         continue
@@ -232,7 +236,8 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
                     t0 = time.time()
                     extra = {}
                     if impl.startswith("native"):
-                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False) for i in range(rot.n)]
+                        kind = "wgmma" if impl.startswith("native_wgmma") else "mma"
+                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=kind) for i in range(rot.n)]
                         calls = [op.run for op in ops]
                         extra = dict(rg=ops[0].plan.rg, splits=ops[0].plan.splits, ctas=ops[0].plan.m_tiles * ops[0].plan.splits)
                     elif impl == "triton":
@@ -292,13 +297,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
-    ap.add_argument("--impls", default="native,native_ps1,triton,torch")
+    ap.add_argument("--impls", default="native,native_ps1,triton,torch", help="sweep: any of native, native_ps1, native_wgmma, native_wgmma_ps1, triton, torch")
+    ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
     if a.mode == "check":
-        res = check_native()
+        res = check_native(impl=a.impl)
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})

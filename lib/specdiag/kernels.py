@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["kernel_names", "kernel_source", "kernel_path", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch"]
+__all__ = ["kernel_names", "kernel_source", "kernel_path", "kernel_arch", "arch_flags", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch"]
 
 _REPO_KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -57,6 +57,25 @@ def kernel_path(name: str) -> Path:
     return tmp
 
 
+def kernel_arch(name: str) -> str:
+    """The target a source needs: its ``// specdiag-arch: sm_90a`` line, else ``sm_90``.
+
+    Sources using wgmma / setmaxnreg need the architecture-specific ``sm_90a`` target."""
+    m = re.search(r"^//\s*specdiag-arch:\s*(sm_\d+a?)\s*$", kernel_source(name), re.M)
+    return m.group(1) if m else "sm_90"
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc flags for a target. ``sm_XXa`` uses the -gencode form: with nvcc 13.0 the
+    ``-arch=sm_90a`` shorthand also runs a plain sm_90 pass that rejects wgmma."""
+    m = re.fullmatch(r"sm_(\d+)(a?)", arch)
+    if not m:
+        raise ValueError(f"unknown target {arch!r} (expected e.g. sm_90 or sm_90a)")
+    if m.group(2):
+        return [f"-gencode=arch=compute_{m.group(1)}a,code=sm_{m.group(1)}a"]
+    return [f"-arch={arch}"]
+
+
 @dataclass
 class PtxasFunction:
     name: str
@@ -71,13 +90,15 @@ class PtxasFunction:
         return self.spill_stores > 0 or self.spill_loads > 0
 
 
-def nvcc_check(name: str, arch: str = "sm_90", nvcc: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, PtxasFunction]:
-    """Compile ``kernels/<name>.cu`` to a cubin for ``arch`` and parse ptxas' resource report."""
+def nvcc_check(name: str, arch: str | None = None, nvcc: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, PtxasFunction]:
+    """Compile ``kernels/<name>.cu`` to a cubin for ``arch`` (default: ``kernel_arch``) and
+    parse ptxas' resource report."""
     exe = nvcc or shutil.which("nvcc")
     if exe is None:
         raise FileNotFoundError("nvcc is not on PATH")
+    arch = arch or kernel_arch(name)
     with tempfile.TemporaryDirectory() as td:
-        cmd = [exe, f"-arch={arch}", "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(kernel_path(name)), *extra]
+        cmd = [exe, *arch_flags(arch), "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(kernel_path(name)), *extra]
         res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}.cu ({arch}):\n{res.stderr}")
@@ -98,15 +119,16 @@ def find_cuobjdump() -> str | None:
         return None
 
 
-def sass(name: str, arch: str = "sm_90", nvcc: str | None = None) -> str:
-    """Disassembly (SASS) of ``kernels/<name>.cu`` built for ``arch``; needs nvcc and cuobjdump."""
+def sass(name: str, arch: str | None = None, nvcc: str | None = None) -> str:
+    """Disassembly (SASS) of ``kernels/<name>.cu`` built for ``arch`` (default: ``kernel_arch``);
+    needs nvcc and cuobjdump."""
     exe = nvcc or shutil.which("nvcc")
     dump = find_cuobjdump()
     if exe is None or dump is None:
         raise FileNotFoundError("sass() needs nvcc and cuobjdump (PATH or Triton's bundled copy)")
     with tempfile.TemporaryDirectory() as td:
         cubin = Path(td) / "k.cubin"
-        subprocess.run([exe, f"-arch={arch}", "-cubin", "-O3", "-o", str(cubin), str(kernel_path(name))], check=True, capture_output=True)
+        subprocess.run([exe, *arch_flags(arch or kernel_arch(name)), "-cubin", "-O3", "-o", str(cubin), str(kernel_path(name))], check=True, capture_output=True)
         return subprocess.run([dump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
@@ -159,7 +181,10 @@ def _pop_context(ctx) -> None:
 
 
 def load_module(name: str, device_index: int | None = None, arch: str | None = None):
-    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device."""
+    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device.
+
+    ``arch`` defaults to the device's ``sm_XY``; a source marked for ``sm_XYa`` is built for
+    exactly that target and refused on any other device."""
     import torch
 
     if not torch.cuda.is_available():
@@ -173,10 +198,16 @@ def load_module(name: str, device_index: int | None = None, arch: str | None = N
     if key not in _modules:
         torch.cuda.init()
         _primary_context(dev)
-        if arch is None:
-            major, minor = torch.cuda.get_device_capability(dev)
+        major, minor = torch.cuda.get_device_capability(dev)
+        need = kernel_arch(name)
+        code = None
+        if need.endswith("a"):
+            if need != f"sm_{major}{minor}a":
+                raise RuntimeError(f"{name}.cu is built for {need} only; this GPU is sm_{major}{minor}")
+            arch, code = f"compute_{major}{minor}a", need
+        elif arch is None:
             arch = f"sm_{major}{minor}"
-        _modules[key] = SourceModule(kernel_source(name), arch=arch, no_extern_c=True, options=["-O3", "-std=c++17"])
+        _modules[key] = SourceModule(kernel_source(name), arch=arch, code=code, no_extern_c=True, options=["-O3", "-std=c++17"])
     return _modules[key]
 
 

@@ -1,4 +1,15 @@
-"""The native CUDA tree-verify kernel (``kernels/tree_verify_mla.cu``) as a torch op."""
+"""The native CUDA tree-verify kernel as a torch op.
+
+Two implementations of the partial-attention kernel share the launch plan, the partial
+buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu``):
+
+* ``impl="mma"`` (default): ``kernels/tree_verify_mla.cu``, mma.sync m16n8k16 (sm_80 and up),
+  validated and measured on the H200 (data/native_check_h200.json, context_sweep_h200.json);
+* ``impl="wgmma"``: ``kernels/tree_verify_mla_wgmma.cu``, Hopper warpgroup MMA reading K/V
+  straight from shared memory (sm_90a only, 64 query rows per CTA). Compiles to HGMMA with no
+  spills; **not yet run on a GPU** (the session that wrote it had no device time left): the
+  GPU tests and ``python -m specdiag.bench check --impl wgmma`` are its validation.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +20,18 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "LaunchPlan", "smem_bytes"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "LaunchPlan", "smem_bytes", "IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
 DP = MLA_HEAD_DIM + 8
+IMPLS = ("mma", "wgmma")
 
 
-def smem_bytes(rg: int) -> int:
+def smem_bytes(rg: int, impl: str = "mma") -> int:
+    """Dynamic shared memory of one CTA (must match the .cu)."""
+    if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded core-matrix layout, + 2 partial S
+        return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * BN * 4
     bm, nw = 16 * rg, 2 * rg
     return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * BN * 4
 
@@ -69,14 +84,21 @@ class NativeTreeVerify:
 
     Same contract as ``tree_verify_attention_ref``: needs bf16 ``q``/``kv_pool``/``tree_kv`` of
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
-    float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan.
+    float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
+    ``impl`` picks the partial kernel (module docstring).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="mma"):
         import numpy as np
 
         from .. import kernels
 
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        if impl == "wgmma":
+            if rg not in (None, 4):
+                raise ValueError(f"the wgmma kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
+            rg = 4
         x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, MLA_V_DIM, check_pages=check)
         for name, t in (("q", x.q), ("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
             if t.dtype != torch.bfloat16:
@@ -109,9 +131,13 @@ class NativeTreeVerify:
         self.lse_part = torch.empty(b, ns, rows, device=dev, dtype=torch.float32)
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
+        self.impl = impl
         with torch.cuda.device(dev):
             mod = kernels.load_module("tree_verify_mla", dev.index)
-        self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
+            if impl == "wgmma":
+                self._partial = kernels.load_module("tree_verify_mla_wgmma", dev.index).get_function("tree_verify_partial_wgmma")
+            else:
+                self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
         ptr = lambda a: np.uintp(a.data_ptr())  # noqa: E731
         i32 = np.int32
@@ -123,20 +149,21 @@ class NativeTreeVerify:
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
-        self._block = (64 * plan.rg, 1, 1)
+        self._block = (256 if impl == "wgmma" else 64 * plan.rg, 1, 1)
+        self._smem = smem_bytes(plan.rg, impl)
         self._merge_grid = (rows, b, 1)
 
     def run(self):
         from .. import kernels
 
         idx = self.device.index
-        kernels.launch(self._partial, self._grid, self._block, self._partial_args, shared=smem_bytes(self.plan.rg), device_index=idx)
+        kernels.launch(self._partial, self._grid, self._block, self._partial_args, shared=self._smem, device_index=idx)
         kernels.launch(self._merge, self._merge_grid, (128, 1, 1), self._merge_args, device_index=idx)
         return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True):
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="mma"):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
-    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check)
+    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl)
     out, lse = op.run()
     return out.clone(), lse.clone()
