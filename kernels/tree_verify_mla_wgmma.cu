@@ -38,6 +38,38 @@ constexpr int VH = DV / 2;             // output columns per warpgroup (256)
 constexpr int SMEM_BYTES = Q_B + STAGES * TILE_B + 2 * BM * BN * 4;  // 200704 = specdiag.attention.native.smem_bytes(4, "wgmma")
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
+// ---- layout arithmetic, host-callable so tests/cuda/wgmma_layout_check.cu can check it on a CPU ----
+#define TVW_HD __host__ __device__ __forceinline__
+// byte offset of 16-byte chunk `chunk` of row `row` in a core-matrix tile
+TVW_HD constexpr uint32_t tile_offset(int row, int chunk) {
+  return (uint32_t)((row / 8) * GROUP_B + chunk * 128 + (row % 8) * 16);
+}
+// the row a thread loads (always the same one), and the chunk of its k-th copy; ROWS = 32 or 64
+template <int ROWS>
+TVW_HD constexpr int load_row(int tid) { return ((tid >> 5) % (ROWS / 8)) * 8 + (tid & 7); }
+template <int ROWS>
+TVW_HD constexpr int load_copies() { return (CH / 4) * (ROWS / 8) / 8; }
+template <int ROWS>
+TVW_HD constexpr int load_chunk(int tid, int k) {
+  return (((tid >> 5) / (ROWS / 8)) + k * (8 / (ROWS / 8))) * 4 + ((tid & 31) >> 3);
+}
+// Shared-memory matrix descriptor, no swizzle ("interleave" canonical layout).
+// K-major operand: lbo = byte step between core matrices along K, sbo = along M/N.
+// MN-major operand: sbo = byte step between core matrices along M/N, lbo = along K.
+TVW_HD constexpr uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
+}
+// Q.K^T k-step `ks` of warpgroup `half`: A (Q) and B (K tile), both K-major, start at this offset
+TVW_HD constexpr uint32_t qk_offset(int half, int ks) { return tile_offset(0, half * KH_CH + 2 * ks); }
+TVW_HD constexpr uint64_t qk_desc(uint32_t tile_base, int half, int ks) {
+  return make_desc(tile_base + qk_offset(half, ks), 128, GROUP_B);
+}
+// P.V k-step `kk` (keys 16kk..16kk+15) of warpgroup `half` (columns 256 half ..): V MN-major
+TVW_HD constexpr uint64_t pv_desc(uint32_t tile_base, int half, int kk) {
+  return make_desc(tile_base + tile_offset(16 * kk, half * (VH / 8)), GROUP_B, 128);
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -57,13 +89,6 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // keeps the compiler from moving accumulator reads/writes across the asynchronous MMA
 __device__ __forceinline__ void fence_operand(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 
-// Shared-memory matrix descriptor, no swizzle ("interleave" canonical layout).
-// K-major operand: lbo = byte step between core matrices along K, sbo = along M/N.
-// MN-major operand: sbo = byte step between core matrices along M/N, lbo = along K.
-__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
-         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
-}
 
 // S[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T, both K-major in shared memory.
 __device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
@@ -88,24 +113,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// ROWS (32 or 64) token rows into core-matrix layout at `dst`. With 8 warps and ROWS / 8
-// row groups, each thread always loads the same row (one address computation) and
-// 72 * ROWS / 256 of its chunks.
+// ROWS (32 or 64) token rows into core-matrix layout at `dst`: each thread copies
+// load_copies<ROWS>() chunks of its row load_row<ROWS>(tid). The 8 lanes of a quarter-warp
+// write one core matrix (128 contiguous bytes) and read 64 contiguous bytes of each of 8 rows.
 template <int ROWS>
 __device__ __forceinline__ void load_rows(uint32_t dst, const __nv_bfloat16* src_row, int bytes) {
-  constexpr int NG = ROWS / 8, KSTEP = 8 / NG, NK = (CH / 4) * NG / 8;
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int cq = lane >> 3;
-  const uint32_t d0 = dst + (w % NG) * GROUP_B + (lane & 7) * 16;
+  const int tid = threadIdx.x, row = load_row<ROWS>(tid);
 #pragma unroll
-  for (int k = 0; k < NK; ++k) {
-    const int chunk = ((w / NG) + k * KSTEP) * 4 + cq;
-    cp_async16(d0 + chunk * 128, src_row + chunk * 8, bytes);
+  for (int k = 0; k < load_copies<ROWS>(); ++k) {
+    const int chunk = load_chunk<ROWS>(tid, k);
+    cp_async16(dst + tile_offset(row, chunk), src_row + chunk * 8, bytes);
   }
-}
-template <int ROWS>
-__device__ __forceinline__ int load_row_index() {
-  return ((threadIdx.x >> 5) % (ROWS / 8)) * 8 + (threadIdx.x & 7);
 }
 
 __device__ __forceinline__ void verify_partial(
@@ -148,11 +166,11 @@ __device__ __forceinline__ void verify_partial(
 
   if (n_tiles > 0) {
     {
-      const int r = load_row_index<BM>();
+      const int r = load_row<BM>(tid);
       const int gr = row0 + r;
       load_rows<BM>(sQ, q + ((size_t)b * R + min(gr, R - 1)) * D, gr < R ? 16 : 0);
     }
-    const int my_row = load_row_index<BN>();
+    const int my_row = load_row<BN>(tid);
     auto load_tile = [&](int tile, int stage) {
       const int tok = (tile_begin + tile) * BN + my_row;
       const bool ok = tok < kv_len;
@@ -192,8 +210,7 @@ __device__ __forceinline__ void verify_partial(
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KH_CH / 2; ++ks) {
-        const uint32_t koff = (half * KH_CH + 2 * ks) * 128;
-        wgmma_qk(s, make_desc(sQ + koff, 128, GROUP_B), make_desc(kt + koff, 128, GROUP_B), ks > 0);
+        wgmma_qk(s, qk_desc(sQ, half, ks), qk_desc(kt, half, ks), ks > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -266,8 +283,7 @@ __device__ __forceinline__ void verify_partial(
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
-        // keys [16kk, 16kk + 16) = row groups 2kk, 2kk + 1; columns [256 half, +256) = chunks 32 half ..
-        wgmma_pv(o, a[kk], make_desc(kt + 2 * kk * GROUP_B + half * (VH / 8) * 128, GROUP_B, 128));
+        wgmma_pv(o, a[kk], pv_desc(kt, half, kk));
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -302,6 +318,7 @@ __device__ __forceinline__ void verify_partial(
 
 }  // namespace tvw
 
+#ifndef TVW_LAYOUT_ONLY
 extern "C" __global__ void __launch_bounds__(tvw::NT, 1) tree_verify_partial_wgmma(
     const __nv_bfloat16* q, const __nv_bfloat16* kv_pool, const int* page_table, const int* prefix_lens,
     const __nv_bfloat16* tree_kv, const uint8_t* tree_mask, float* o_part, float* lse_part, int R, int T, int H,
@@ -310,3 +327,4 @@ extern "C" __global__ void __launch_bounds__(tvw::NT, 1) tree_verify_partial_wgm
   tvw::verify_partial(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, o_part, lse_part, R, T, H, page_size,
                       max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split, NS, scale_log2);
 }
+#endif  // TVW_LAYOUT_ONLY

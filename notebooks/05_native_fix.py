@@ -118,7 +118,9 @@ fig = plots.gap_vs_context(df, 8, 9)
 # once the prefix is split across all SMs (576-wide rows, `nodes x heads` query rows), and
 # `mma.sync` with 16-row warp tiles tops out near 160 TFLOP/s against a ~780 TFLOP/s GEMM.
 # Closing that gap needs Hopper's `wgmma` (warpgroup tiles, operands straight from shared
-# memory); that is the next step, not something this notebook claims.
+# memory). A first wgmma version exists (`kernels/tree_verify_mla_wgmma.cu`, `impl="wgmma"`,
+# sm_90a) and compiles to HGMMA without spills, but it has not been run on a GPU yet, so
+# nothing here uses or claims it (`docs/kernel_notes.md`, v3).
 
 # %% [markdown]
 # ## 5. What it means for a decode step

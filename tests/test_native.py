@@ -69,6 +69,19 @@ def test_wgmma_kernel_needs_sm90a():
         kernels.nvcc_check("tree_verify_mla_wgmma", arch="sm_90")
 
 
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not on PATH")
+def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
+    """tests/cuda/wgmma_layout_check.cu: the kernel's own load and descriptor helpers against
+    the PTX canonical layouts, compiled as a host program and run here (no GPU needed)."""
+    src = Path(__file__).parent / "cuda" / "wgmma_layout_check.cu"
+    exe = tmp_path / "layout_check"
+    build = subprocess.run(["nvcc", *kernels.arch_flags("sm_90a"), "-std=c++17", "-O1", "-o", str(exe), str(src)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "all checks passed" in run.stdout
+
+
 def test_wgmma_smem_matches_the_source():
     import re
 
