@@ -138,7 +138,7 @@ def test_long_context_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(TargetLM, "forward", spy)
     common = dict(target_steps=2, drafter_steps=1, batch=4, length=64, pool=4, extend_steps=4, extend_batch=2, extend_pool=3)
     log = train(tmp_path / "ext", TrainSettings(extend_length=200, **common), device="cpu", progress=lambda *_: None)
-    assert [sh for sh in seen[2:6]] == [(2, 199), (4, 63), (2, 199), (4, 63)]
+    assert seen[2:6] == [(2, 199), (4, 63), (2, 199), (4, 63)]
     assert len(log["target_extend_loss"]) == 2 and log["settings"]["extend_length"] == 200
     t, _ = load_models(tmp_path / "ext")
     assert t.cfg.train_len == 200

@@ -149,7 +149,7 @@ class NativeTreeVerify:
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
-        self._block = (256 if impl == "wgmma" else 64 * plan.rg, 1, 1)
+        self._block = (64 * plan.rg, 1, 1)  # wgmma: rg=4, two warpgroups
         self._smem = smem_bytes(plan.rg, impl)
         self._merge_grid = (rows, b, 1)
 
