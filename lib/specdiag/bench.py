@@ -35,6 +35,7 @@ __all__ = [
     "SWEEP_CONTEXTS",
     "SWEEP_HEADS",
     "SWEEP_TREES",
+    "SWEEP_IMPLS",
     "LAYERS",
 ]
 
@@ -42,6 +43,11 @@ SWEEP_CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072, 185000)
 SWEEP_HEADS = (8, 64)
 SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
+# sweep implementation -> (native kernel or None, KV page size)
+SWEEP_IMPLS = {
+    "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
+    "triton": (None, 1), "torch": (None, 1),
+}
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
 
 
@@ -221,6 +227,9 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
     from .attention.reference import tree_verify_attention_ref
     from .attention.triton_extend import extend_attention_fwd, prepare_extend_inputs
 
+    unknown = [i for i in impls if i not in SWEEP_IMPLS]
+    if unknown:
+        raise ValueError(f"unknown implementation(s) {unknown}; choose from {list(SWEEP_IMPLS)}")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx in contexts:
@@ -228,26 +237,23 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
             for t in trees:
                 cost = attention_cost(ctx, t, h)
                 for impl in impls:
-                    ps = 64 if impl in ("native", "native_wgmma") else 1
+                    kernel, ps = SWEEP_IMPLS[impl]
                     if impl == "torch" and t * h * (ctx + t) * 4 > naive_limit_bytes:
                         rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=None, skipped="score matrix too large for the naive path", **cost))
                         continue
                     rot = _Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
                     t0 = time.time()
                     extra = {}
-                    if impl.startswith("native"):
-                        kind = "wgmma" if impl.startswith("native_wgmma") else "mma"
-                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=kind) for i in range(rot.n)]
+                    if kernel is not None:
+                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=kernel) for i in range(rot.n)]
                         calls = [op.run for op in ops]
                         extra = dict(rg=ops[0].plan.rg, splits=ops[0].plan.splits, ctas=ops[0].plan.m_tiles * ops[0].plan.splits)
                     elif impl == "triton":
                         preps = [prepare_extend_inputs(**rot.inputs(i)) for i in range(rot.n)]
                         calls = [(lambda p=p: extend_attention_fwd(p, SOFTMAX_SCALE)) for p in preps]
                         extra = dict(ctas=h * math.ceil(t / (16 if t <= 16 else 32)))
-                    elif impl == "torch":
+                    else:  # torch
                         calls = [(lambda i=i: tree_verify_attention_ref(**rot.inputs(i), scale=SOFTMAX_SCALE, dtype=torch.bfloat16)) for i in range(min(rot.n, 4))]
-                    else:
-                        raise ValueError(f"unknown implementation {impl!r}")
                     ms = _time_rotating(calls, rep_ms)
                     row = dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, rotation_sets=rot.n, **cost, **extra, **_rates(cost, ms))
                     rows.append(row)
@@ -297,7 +303,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
-    ap.add_argument("--impls", default="native,native_ps1,triton,torch", help="sweep: any of native, native_ps1, native_wgmma, native_wgmma_ps1, triton, torch")
+    ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
