@@ -69,3 +69,13 @@ def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
         bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))
     assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1"}
     assert all(ps == 1 for k, (_, ps) in bench.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
+
+
+def test_bench_cli_needs_out_except_for_once_and_once_refuses_bad_shapes():
+    with pytest.raises(SystemExit) as e:
+        bench.main(["sweep", "--quick"])
+    assert e.value.code == 2
+    with pytest.raises(ValueError, match="heads >= 1"):
+        bench.run_once(1024, 0, 9)
+    with pytest.raises(ValueError, match="iters >= 1"):
+        bench.run_once(1024, 8, 9, iters=0)
