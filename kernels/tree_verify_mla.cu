@@ -18,7 +18,10 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "tree_verify_common.cuh"
+
 namespace tv {
+using tvc::pack_bf16;
 
 constexpr int D = 576;             // latent + rope
 constexpr int DV = 512;            // value width
@@ -51,17 +54,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_u32(p)));
 }
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// c: 4 consecutive accumulators (c[0..3]) of a register array, indexed with constants only
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 template <int RG>
@@ -90,22 +89,13 @@ __device__ __forceinline__ void verify_partial(
   const int row0 = blockIdx.x * BM;
   const int split = blockIdx.y, b = blockIdx.z;
 
-  const bool is_tree = split >= n_prefix_splits;
-  int kv_len, tile_begin, tile_end;
-  if (!is_tree) {
-    kv_len = prefix_lens[b];
-    tile_begin = split * prefix_tiles_per_split;
-    tile_end = min(tile_begin + prefix_tiles_per_split, (kv_len + BN - 1) / BN);
-  } else {
-    kv_len = T;
-    tile_begin = (split - n_prefix_splits) * tree_tiles_per_split;
-    tile_end = min(tile_begin + tree_tiles_per_split, (T + BN - 1) / BN);
-  }
-  const int n_tiles = max(0, tile_end - tile_begin);
+  const tvc::SplitWork w = tvc::split_work<BN>(split, b, prefix_lens, n_prefix_splits, prefix_tiles_per_split, T, tree_tiles_per_split);
+  const bool is_tree = w.is_tree;
+  const int kv_len = w.kv_len, tile_begin = w.tile_begin, n_tiles = w.n_tiles;
 
-  float o[VH / 8][4];
+  float o[VH / 2];  // 16 rows x 256 columns over the warp, accumulator order (tree_verify_common.cuh)
 #pragma unroll
-  for (int i = 0; i < VH / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < VH / 2; ++i) o[i] = 0.f;
   float m_r[2] = {-INFINITY, -INFINITY};
   float l_r[2] = {0.f, 0.f};
 
@@ -162,9 +152,9 @@ __device__ __forceinline__ void verify_partial(
       const __nv_bfloat16* kt = sK + (it % STAGES) * BN * DP;
 
       // ---- S = Q K^T over this warp's half of the head dims ----
-      float s[BN / 8][4];
+      float s[BN / 2];
 #pragma unroll
-      for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;
 #pragma unroll 6
       for (int ks = 0; ks < KH / 16; ++ks) {
         const int k0 = half * KH + ks * 16;
@@ -174,77 +164,34 @@ __device__ __forceinline__ void verify_partial(
         for (int np = 0; np < BN / 16; ++np) {
           uint32_t bb[4];
           ldmatrix_x4(bb, kt + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * DP + k0 + ((lane >> 3) & 1) * 8);
-          mma_bf16(s[2 * np], a, bb[0], bb[1]);
-          mma_bf16(s[2 * np + 1], a, bb[2], bb[3]);
+          mma_bf16(&s[8 * np], a, bb[0], bb[1]);
+          mma_bf16(&s[8 * np + 4], a, bb[2], bb[3]);
         }
       }
       // ---- the warp pair exchanges partial S through shared memory ----
-      float* mine = sS + warp * 16 * BN;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        *reinterpret_cast<float2*>(&mine[g * BN + nt * 8 + 2 * t4]) = make_float2(s[nt][0], s[nt][1]);
-        *reinterpret_cast<float2*>(&mine[(g + 8) * BN + nt * 8 + 2 * t4]) = make_float2(s[nt][2], s[nt][3]);
-      }
+      constexpr int SW = 16 * tvc::s_stride<BN>();  // floats per warp's exchange buffer
+      tvc::store_partial_s<BN>(sS + warp * SW, s, g, t4);
       __syncthreads();
-      const float* other = sS + (warp ^ 1) * 16 * BN;
-      const int tok0 = (tile_begin + it) * BN;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rl = g + (e >> 1) * 8;
-          const int col = nt * 8 + 2 * t4 + (e & 1);
-          const float x = (s[nt][e] + other[rl * BN + col]) * scale_log2;
-          const int tok = tok0 + col;
-          bool vis = tok < kv_len;
-          if (is_tree && vis) {
-            const int node = min(row0 + qrow + rl, R - 1) / H;
-            vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
-          }
-          s[nt][e] = vis ? x : -INFINITY;
-        }
-      }
+      tvc::combine_and_mask<BN>(s, sS + (warp ^ 1) * SW, g, t4, it, w, row0 + qrow, R, H, T, b, tree_mask, scale_log2);
       // ---- online softmax (log2 domain), two rows per thread: g and g + 8 ----
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_r[r], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m_r[r] - m_use);
-        m_r[r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-          s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-          s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
-          sum += s[nt][2 * r] + s[nt][2 * r + 1];
-        }
-        l_r[r] = l_r[r] * alpha + sum;
-#pragma unroll
-        for (int i = 0; i < VH / 8; ++i) {
-          o[i][2 * r] *= alpha;
-          o[i][2 * r + 1] *= alpha;
-        }
-      }
+      float alpha[2];
+      tvc::online_softmax<BN>(s, m_r, l_r, alpha);
+      tvc::rescale_rows(o, alpha);
       // ---- O += P V over this warp's 256 output columns ----
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         uint32_t a[4];
-        a[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        a[0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        a[1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        a[2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
         const __nv_bfloat16* vrow = kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * DP + half * VH + (lane >> 4) * 8;
 #pragma unroll
         for (int dp = 0; dp < VH / 16; ++dp) {
           uint32_t bb[4];
           ldmatrix_x4_trans(bb, vrow + dp * 16);
-          mma_bf16(o[2 * dp], a, bb[0], bb[1]);
-          mma_bf16(o[2 * dp + 1], a, bb[2], bb[3]);
+          mma_bf16(&o[8 * dp], a, bb[0], bb[1]);
+          mma_bf16(&o[8 * dp + 4], a, bb[2], bb[3]);
         }
       }
     }
@@ -252,27 +199,7 @@ __device__ __forceinline__ void verify_partial(
   cp_async_wait<0>();
 
   // ---- epilogue: normalised partial output and its lse (natural log) ----
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_r[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_r[r] = l;
-  }
-  const int rbase = row0 + rg * 16;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int grow = rbase + g + r * 8;
-    if (grow >= R) continue;
-    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
-    float* dst = o_part + (((size_t)b * NS + split) * R + grow) * DV + half * VH + 2 * t4;
-#pragma unroll
-    for (int i = 0; i < VH / 8; ++i)
-      *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-    if (half == 0 && t4 == 0)
-      lse_part[((size_t)b * NS + split) * R + grow] =
-          l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
-  }
+  tvc::write_partial(o, m_r, l_r, o_part, lse_part, b, NS, split, R, row0 + rg * 16, g, t4, half * VH, half == 0, DV);
 }
 
 }  // namespace tv

@@ -21,7 +21,10 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "tree_verify_common.cuh"
+
 namespace tvw {
+using tvc::pack_bf16;
 
 constexpr int D = 576;
 constexpr int DV = 512;
@@ -35,7 +38,7 @@ constexpr int STAGES = 3;
 constexpr int NT = 256;
 constexpr int KH_CH = CH / 2;          // head-dim chunks per warpgroup for Q.K^T (36 = 288 dims)
 constexpr int VH = DV / 2;             // output columns per warpgroup (256)
-constexpr int SMEM_BYTES = Q_B + STAGES * TILE_B + 2 * BM * BN * 4;  // 200704 = specdiag.attention.native.smem_bytes(4, "wgmma")
+constexpr int SMEM_BYTES = Q_B + STAGES * TILE_B + 2 * BM * tvc::s_stride<BN>() * 4;  // 204800 = specdiag.attention.native.smem_bytes(4, "wgmma")
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
 // ---- layout arithmetic, host-callable so tests/cuda/wgmma_layout_check.cu can check it on a CPU ----
@@ -88,6 +91,7 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // keeps the compiler from moving accumulator reads/writes across the asynchronous MMA
 __device__ __forceinline__ void fence_operand(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
 
 
 // S[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T, both K-major in shared memory.
@@ -106,11 +110,6 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], const uint32_t (&a)[4]
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // ROWS (32 or 64) token rows into core-matrix layout at `dst`: each thread copies
@@ -145,18 +144,9 @@ __device__ __forceinline__ void verify_partial(
   const int row0 = blockIdx.x * BM;
   const int split = blockIdx.y, b = blockIdx.z;
 
-  const bool is_tree = split >= n_prefix_splits;
-  int kv_len, tile_begin, tile_end;
-  if (!is_tree) {
-    kv_len = prefix_lens[b];
-    tile_begin = split * prefix_tiles_per_split;
-    tile_end = min(tile_begin + prefix_tiles_per_split, (kv_len + BN - 1) / BN);
-  } else {
-    kv_len = T;
-    tile_begin = (split - n_prefix_splits) * tree_tiles_per_split;
-    tile_end = min(tile_begin + tree_tiles_per_split, (T + BN - 1) / BN);
-  }
-  const int n_tiles = max(0, tile_end - tile_begin);
+  const tvc::SplitWork w = tvc::split_work<BN>(split, b, prefix_lens, n_prefix_splits, prefix_tiles_per_split, T, tree_tiles_per_split);
+  const bool is_tree = w.is_tree;
+  const int kv_len = w.kv_len, tile_begin = w.tile_begin, n_tiles = w.n_tiles;
 
   float o[128];
 #pragma unroll
@@ -190,87 +180,15 @@ __device__ __forceinline__ void verify_partial(
       cp_async_commit();
     }
 
-    for (int it = 0; it < n_tiles; ++it) {
-      cp_async_wait<STAGES - 2>();
-      fence_proxy_async();
+    // S of one tile: the two warpgroups' partial sums exchanged through shared memory, the
+    // mask, the online softmax; leaves P packed as the bf16 A fragments of P V and the factor
+    // the running O must be scaled by. Contains a __syncthreads (all 256 threads call it).
+    auto softmax_tile = [&](float (&s)[16], int tile, uint32_t (&a)[BN / 16][4], float (&alpha)[2]) {
+      constexpr int SS = tvc::s_stride<BN>();
+      tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);
       __syncthreads();
-      {
-        const int nxt = it + STAGES - 1;
-        if (nxt < n_tiles) load_tile(nxt, nxt % STAGES);
-        cp_async_commit();
-      }
-      const uint32_t kt = sK + (it % STAGES) * TILE_B;
-
-      // ---- S = Q K^T over this warpgroup's 288 head dims ----
-      float s[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s[i] = 0.f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) fence_operand(s[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < KH_CH / 2; ++ks) {
-        wgmma_qk(s, qk_desc(sQ, half, ks), qk_desc(kt, half, ks), ks > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < 16; ++i) fence_operand(s[i]);
-
-      // ---- the two warpgroups exchange partial S through shared memory ----
-      float* mine = sS + half * BM * BN;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        *reinterpret_cast<float2*>(&mine[(wr + g) * BN + nt * 8 + 2 * t4]) = make_float2(s[4 * nt], s[4 * nt + 1]);
-        *reinterpret_cast<float2*>(&mine[(wr + g + 8) * BN + nt * 8 + 2 * t4]) = make_float2(s[4 * nt + 2], s[4 * nt + 3]);
-      }
-      __syncthreads();
-      const float* other = sS + (half ^ 1) * BM * BN;
-      const int tok0 = (tile_begin + it) * BN;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rl = wr + g + (e >> 1) * 8;
-          const int col = nt * 8 + 2 * t4 + (e & 1);
-          const float x = (s[4 * nt + e] + other[rl * BN + col]) * scale_log2;
-          const int tok = tok0 + col;
-          bool vis = tok < kv_len;
-          if (is_tree && vis) {
-            const int node = min(row0 + rl, R - 1) / H;
-            vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
-          }
-          s[4 * nt + e] = vis ? x : -INFINITY;
-        }
-      }
-      // ---- online softmax (log2 domain), rows g and g + 8 of this warp ----
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_r[r], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m_r[r] - m_use);
-        m_r[r] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-          s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
-          s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
-          sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-        }
-        l_r[r] = l_r[r] * alpha + sum;
-#pragma unroll
-        for (int i = 0; i < VH / 8; ++i) {
-          o[4 * i + 2 * r] *= alpha;
-          o[4 * i + 2 * r + 1] *= alpha;
-        }
-      }
-      // ---- O += P V over this warpgroup's 256 output columns ----
-      uint32_t a[BN / 16][4];
+      tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);
+      tvc::online_softmax<BN>(s, m_r, l_r, alpha);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         a[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
@@ -278,42 +196,84 @@ __device__ __forceinline__ void verify_partial(
         a[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
         a[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
       }
+    };
+    // S = Q K^T over this warpgroup's 288 head dims (asynchronous: the caller commits and waits)
+    auto issue_qk = [&](float (&s)[16], uint32_t kt) {
+#pragma unroll
+      for (int ks = 0; ks < KH_CH / 2; ++ks) wgmma_qk(s, qk_desc(sQ, half, ks), qk_desc(kt, half, ks), ks > 0);
+    };
+    // O += P V over this warpgroup's 256 output columns (asynchronous)
+    auto issue_pv = [&](const uint32_t (&a)[BN / 16][4], uint32_t kt) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, a[kk], pv_desc(kt, half, kk));
+    };
+    const auto stage = [&](int tile) { return sK + (tile % STAGES) * TILE_B; };
+
+    // Software pipeline (one CTA per SM, so the overlap has to come from inside the warpgroup):
+    // while the tensor cores run Q K^T of tile j + 1 and then P V of tile j, the warps exchange
+    // and soft-max tile j + 1's scores. Tile t is cp.async group t; tile j + 2 is loaded into
+    // the stage tile j - 1 used, once every warp has finished P V of tile j - 1.
+    float s[16];
+    uint32_t a[BN / 16][4], a_next[BN / 16][4];  // P of tile j (read by the running P V) and of j + 1
+    float alpha[2];
+    cp_async_wait<STAGES - 2>();  // Q and tile 0
+    fence_proxy_async();
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) fence_operand(s[i]);
+    wgmma_fence();
+    issue_qk(s, stage(0));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) fence_operand(s[i]);
+    softmax_tile(s, 0, a, alpha);  // O is still zero: nothing to rescale
+
+    for (int j = 0; j + 1 < n_tiles; ++j) {
+      cp_async_wait<0>();  // tile j + 1
+      fence_proxy_async();
+      __syncthreads();     // tile j + 1 visible; every warp is past P V (j - 1) and the last exchange
+      if (j + 2 < n_tiles) load_tile(j + 2, (j + 2) % STAGES);
+      cp_async_commit();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) fence_operand(s[i]);
 #pragma unroll
       for (int i = 0; i < 128; ++i) fence_operand(o[i]);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        wgmma_pv(o, a[kk], pv_desc(kt, half, kk));
-      }
+      issue_qk(s, stage(j + 1));
       wgmma_commit();
+      issue_pv(a, stage(j));
+      wgmma_commit();
+      wgmma_wait<1>();  // Q K^T (j + 1) done, P V (j) may still run
+#pragma unroll
+      for (int i = 0; i < 16; ++i) fence_operand(s[i]);
+      softmax_tile(s, j + 1, a_next, alpha);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < 128; ++i) fence_operand(o[i]);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)  // P V (j) read these registers until the wait
+#pragma unroll
+        for (int i = 0; i < 4; ++i) fence_operand(a[kk][i]);
+      tvc::rescale_rows(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[kk][i] = a_next[kk][i];
     }
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
+    wgmma_fence();
+    issue_pv(a, stage(n_tiles - 1));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
   }
   cp_async_wait<0>();
 
   // ---- epilogue: normalised partial output and its lse (natural log) ----
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_r[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_r[r] = l;
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int grow = row0 + wr + g + r * 8;
-    if (grow >= R) continue;
-    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
-    float* dst = o_part + (((size_t)b * NS + split) * R + grow) * DV + half * VH + 2 * t4;
-#pragma unroll
-    for (int i = 0; i < VH / 8; ++i)
-      *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-    if (half == 0 && t4 == 0)
-      lse_part[((size_t)b * NS + split) * R + grow] =
-          l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
-  }
+  tvc::write_partial(o, m_r, l_r, o_part, lse_part, b, NS, split, R, row0 + wr, g, t4, half * VH, half == 0, DV);
 }
 
 }  // namespace tvw

@@ -40,11 +40,30 @@ def kernel_names() -> list[str]:
     return sorted(p.name[:-3] for p in _kernel_dir().iterdir() if p.name.endswith(".cu"))
 
 
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w.\-]+)"[ \t]*$', re.M)
+
+
 def kernel_source(name: str) -> str:
+    """The source of ``kernels/<name>.cu`` with the project's own headers (``#include "x.cuh"``
+    of a file beside it) pasted in, so it compiles from a string (pycuda) or a lone copy."""
     p = _kernel_dir() / f"{name}.cu"
     if not p.is_file():
         raise FileNotFoundError(f"no CUDA source {name!r}; shipped: {kernel_names()}")
-    return p.read_text()
+    return _expand_includes(p.read_text(), seen=set())
+
+
+def _expand_includes(text: str, seen: set[str]) -> str:
+    def paste(m: re.Match) -> str:
+        header = _kernel_dir() / m.group(1)
+        if not header.is_file():
+            return m.group(0)  # not ours: leave it to the compiler's include path
+        if m.group(1) in seen:
+            return f"// {m.group(1)} already included"
+        seen.add(m.group(1))
+        body = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", "", header.read_text(), flags=re.M)
+        return f"// ---- begin {m.group(1)} ----\n{_expand_includes(body, seen)}\n// ---- end {m.group(1)} ----"
+
+    return _LOCAL_INCLUDE.sub(paste, text)
 
 
 def kernel_path(name: str) -> Path:
@@ -84,6 +103,7 @@ class PtxasFunction:
     spill_stores: int
     spill_loads: int
     shared_bytes: int
+    wgmma_serialized: bool = False  # ptxas C7514/C7515: it put the wgmma pipeline in program order
 
     @property
     def spills(self) -> bool:
@@ -134,6 +154,8 @@ def sass(name: str, arch: str | None = None, nvcc: str | None = None) -> str:
 
 def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
     funcs: dict[str, PtxasFunction] = {}
+    # "(C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized ... in the function 'f'"
+    serialized = set(re.findall(r"wgmma\.mma_async instructions are serialized.*?function '([^']+)'", report))
     current = None
     frame = stores = loads = 0
     for line in report.splitlines():
@@ -147,7 +169,7 @@ def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
             continue
         m = re.search(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", line)
         if m and current:
-            funcs[current] = PtxasFunction(current, int(m.group(1)), frame, stores, loads, int(m.group(2) or 0))
+            funcs[current] = PtxasFunction(current, int(m.group(1)), frame, stores, loads, int(m.group(2) or 0), current in serialized)
             current, frame, stores, loads = None, 0, 0, 0
     if not funcs:
         raise RuntimeError(f"no ptxas resource report found in:\n{report}")

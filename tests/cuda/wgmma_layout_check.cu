@@ -9,7 +9,8 @@
 //        K-major  ((8,m),(T,2k)):((1T,SBO),(1,LBO))
 //        MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))      (T = 8 bf16 per 16 bytes)
 //      addresses exactly the element the math needs: Q[m][d] and K[n][d] for S = Q K^T over
-//      the warpgroup's head dims, and V[key][col] for O = P V over its output columns.
+//      the warpgroup's head dims, and V[key][col] for O = P V over its output columns;
+//   3. the partial-S exchange of tree_verify_common.cuh is free of bank conflicts.
 // Exit status 0 when everything holds; the first mismatch is printed otherwise.
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
@@ -63,7 +64,28 @@ static void check_loads() {
       }
 }
 
+// The partial-S exchange (tree_verify_common.cuh): each float2 store/load of a half-warp
+// (lanes g = 0..3 or 4..7, t4 = 0..3; rows g or g + 8 of a warp's 16) touches 32 distinct banks.
+static void check_exchange_banks() {
+  constexpr int SS = tvc::s_stride<BN>();
+  for (int warp_row0 : {0, 16, 32, 48})
+    for (int h = 0; h < 2; ++h)
+      for (int nt = 0; nt < BN / 8; ++nt)
+        for (int half_warp = 0; half_warp < 2; ++half_warp) {
+          bool used[32] = {};
+          for (int lane = 16 * half_warp; lane < 16 * half_warp + 16; ++lane) {
+            const int g = lane >> 2, t4 = lane & 3;
+            const int word = (warp_row0 + g + 8 * h) * SS + nt * 8 + 2 * t4;
+            for (int w = word; w < word + 2; ++w) {
+              expect(!used[w % 32], "exchange access bank-conflict free", warp_row0, h, nt, lane);
+              used[w % 32] = true;
+            }
+          }
+        }
+}
+
 int main() {
+  check_exchange_banks();
   check_loads<BN>();
   check_loads<BM>();
   const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // non-zero, the last stage

@@ -1,0 +1,166 @@
+// Shared by tree_verify_mla.cu (mma.sync) and tree_verify_mla_wgmma.cu (wgmma): which keys a
+// CTA owns, the score masking and online softmax of one thread's two query rows, and the
+// epilogue that writes a split's normalised partial output and its LSE.
+//
+// Both kernels hold a warp's scores and outputs in the mma.m16n8k16 / wgmma accumulator order:
+// for 8-column tile n, entries 4n + e (e = 0..3) are (row g, columns 2 t4 and 2 t4 + 1) then
+// (row g + 8, the same columns), with g = lane / 4 and t4 = lane % 4.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace tvc {
+
+// The keys split `split` of request `b` walks: prefix splits come first (no mask), then tree
+// splits (ancestor mask), in tiles of BN keys.
+struct SplitWork {
+  bool is_tree;
+  int kv_len;      // keys of this part (prefix length, or T tree nodes)
+  int tile_begin;  // first tile of this split
+  int n_tiles;     // tiles of this split (0 when the split is past the end)
+};
+
+template <int BN>
+__device__ __forceinline__ SplitWork split_work(int split, int b, const int* __restrict__ prefix_lens,
+                                                int n_prefix_splits, int prefix_tiles_per_split, int T,
+                                                int tree_tiles_per_split) {
+  SplitWork w;
+  w.is_tree = split >= n_prefix_splits;
+  int tile_end;
+  if (!w.is_tree) {
+    w.kv_len = prefix_lens[b];
+    w.tile_begin = split * prefix_tiles_per_split;
+    tile_end = min(w.tile_begin + prefix_tiles_per_split, (w.kv_len + BN - 1) / BN);
+  } else {
+    w.kv_len = T;
+    w.tile_begin = (split - n_prefix_splits) * tree_tiles_per_split;
+    tile_end = min(w.tile_begin + tree_tiles_per_split, (T + BN - 1) / BN);
+  }
+  w.n_tiles = max(0, tile_end - w.tile_begin);
+  return w;
+}
+
+// Row stride (floats) of the partial-S exchange buffers: BN + 8 makes the float2 stores and
+// loads of a half-warp (rows g..g+3, columns 2 t4) hit 32 different banks; with a stride of
+// BN every row starts in bank 0 and the accesses were 8-way conflicts (ncu, H200).
+template <int BN>
+__host__ __device__ constexpr int s_stride() { return BN + 8; }
+
+// Store this thread's partial scores (its warp's 16 rows) at `mine` (row 0 of the warp).
+template <int BN>
+__device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN / 2], int g, int t4) {
+  constexpr int SS = s_stride<BN>();
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+    *reinterpret_cast<float2*>(&mine[g * SS + nt * 8 + 2 * t4]) = make_float2(s[4 * nt], s[4 * nt + 1]);
+    *reinterpret_cast<float2*>(&mine[(g + 8) * SS + nt * 8 + 2 * t4]) = make_float2(s[4 * nt + 2], s[4 * nt + 3]);
+  }
+}
+
+// s: this thread's share (BN / 2 values) of its warp's partial S over half the head dims;
+// other: the partner's partial S for the same 16 rows (store_partial_s layout).
+// Leaves s = (mine + other) * scale_log2, or -inf where the key is past the end or, in the
+// tree, not an ancestor of the row's node. grow0 = global query row of the warp's row 0.
+template <int BN>
+__device__ __forceinline__ void combine_and_mask(float (&s)[BN / 2], const float* other, int g, int t4, int tile,
+                                                 const SplitWork& w, int grow0, int R, int H, int T, int b,
+                                                 const uint8_t* __restrict__ tree_mask, float scale_log2) {
+  constexpr int SS = s_stride<BN>();
+  const int tok0 = (w.tile_begin + tile) * BN;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+      const int rl = g + h * 8;
+      const int col = nt * 8 + 2 * t4;
+      const float2 y = *reinterpret_cast<const float2*>(&other[rl * SS + col]);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int e = 2 * h + c;
+        const float x = (s[4 * nt + e] + (c ? y.y : y.x)) * scale_log2;
+        const int tok = tok0 + col + c;
+        bool vis = tok < w.kv_len;
+        if (w.is_tree && vis) {
+          const int node = min(grow0 + rl, R - 1) / H;
+          vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
+        }
+        s[4 * nt + e] = vis ? x : -INFINITY;
+      }
+    }
+  }
+}
+
+// Online softmax in the log2 domain over one tile, rows g and g + 8: updates the running max
+// m_r and sum l_r (this thread's columns; the quad's sums are added in the epilogue), turns s
+// into P, and returns the factor the running output of each row must be scaled by.
+template <int BN>
+__device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_r[r], mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    alpha[r] = exp2f(m_r[r] - m_use);
+    m_r[r] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
+      s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
+      sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+    }
+    l_r[r] = l_r[r] * alpha[r] + sum;
+  }
+}
+
+// Scale a thread's NO output values (NO / 4 tiles of 8 columns, two rows) by each row's alpha.
+template <int NO>
+__device__ __forceinline__ void rescale_rows(float (&o)[NO], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < NO / 4; ++i) {
+    o[4 * i + 0] *= alpha[0];
+    o[4 * i + 1] *= alpha[0];
+    o[4 * i + 2] *= alpha[1];
+    o[4 * i + 3] *= alpha[1];
+  }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Epilogue: O / l for rows grow0 + g and grow0 + g + 8 (columns col0 + 8 i + 2 t4, +1) into
+// o_part[b][split][row], and lse = (m + log2 l) ln 2 from the thread with write_lse.
+template <int NO>
+__device__ __forceinline__ void write_partial(const float (&o)[NO], const float (&m_r)[2], float (&l_r)[2],
+                                              float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
+                                              int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
+                                              int DV) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_r[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_r[r] = l;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int grow = grow0 + g + r * 8;
+    if (grow >= R) continue;
+    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
+    float* dst = o_part + (((size_t)b * NS + split) * R + grow) * DV + col0 + 2 * t4;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i)
+      *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+    if (write_lse && t4 == 0)
+      lse_part[((size_t)b * NS + split) * R + grow] =
+          l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
+  }
+}
+
+}  // namespace tvc
