@@ -1,6 +1,7 @@
 """Native CUDA kernel: nvcc compile checks (CPU, needs nvcc), launch planning, GPU correctness."""
 
 import importlib.util
+import json
 import math
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import torch
 
 from specdiag import kernels
 from specdiag.attention import make_verify_inputs, relative_error, tree_verify_attention_ref
-from specdiag.attention.native import BN, NativeTreeVerify, plan_launch, smem_bytes
+from specdiag.attention.native import BN, CTA_OVERHEAD_TILES, NativeTreeVerify, plan_launch, plan_makespan, resolve_impl, smem_bytes
 
 HAS_NVCC = shutil.which("nvcc") is not None
 SCALE = 1 / math.sqrt(192)
@@ -26,6 +27,21 @@ def test_sources_are_shipped():
         kernels.kernel_source("nope")
 
 
+def test_kernel_source_pastes_the_projects_own_headers(tmp_path, monkeypatch):
+    for name in ("tree_verify_mla", "tree_verify_mla_wgmma"):
+        src = kernels.kernel_source(name)  # what pycuda compiles: no include path needed
+        assert src.count("struct SplitWork") == 1 and '#include "tree_verify_common.cuh"' not in src
+    (tmp_path / "h.cuh").write_text('#pragma once\n#include "g.cuh"\nint from_h;\n')
+    (tmp_path / "g.cuh").write_text("int from_g;\n")
+    (tmp_path / "k.cu").write_text('#include <stdint.h>\n#include "h.cuh"\n#include "g.cuh"\n#include "elsewhere.h"\nint k;\n')
+    monkeypatch.setattr(kernels, "_kernel_dir", lambda: tmp_path)
+    src = kernels.kernel_source("k")
+    assert src.count("int from_g;") == 1 and src.count("int from_h;") == 1  # each header once
+    assert "#include <stdint.h>" in src and '#include "elsewhere.h"' in src  # not ours: left alone
+    assert "pragma once" not in src
+    assert kernels.kernel_names() == ["k"]
+
+
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc not on PATH")
 @pytest.mark.parametrize("name", kernels.kernel_names())
 def test_compiles_for_sm90_without_spills(name):
@@ -35,6 +51,7 @@ def test_compiles_for_sm90_without_spills(name):
         assert not f.spills, f"{f.name} spills: {f}"
         assert f.stack_frame == 0, f"{f.name} uses a stack frame (local memory): {f}"
         assert f.registers <= 255
+        assert not f.wgmma_serialized, f"ptxas serialized {f.name}'s wgmma pipeline"
 
 
 @pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
@@ -97,6 +114,7 @@ def test_parse_ptxas_report():
 ptxas info    : Function properties for k1
     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
 ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem
+ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in the function 'k2'
 ptxas info    : Compiling entry function 'k2' for 'sm_90'
 ptxas info    : Function properties for k2
     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
@@ -105,6 +123,7 @@ ptxas info    : Used 32 registers, used 0 barriers
     f = kernels.parse_ptxas(report)
     assert f["k1"].spills and f["k1"].shared_bytes == 1024 and f["k1"].registers == 255
     assert not f["k2"].spills
+    assert f["k2"].wgmma_serialized and not f["k1"].wgmma_serialized
     with pytest.raises(RuntimeError):
         kernels.parse_ptxas("nothing here")
 
@@ -122,19 +141,62 @@ def test_plan_covers_every_tile_once(rows, nodes, prefix, batch):
     assert smem_bytes(plan.rg) <= 227 * 1024
 
 
+def test_makespan_model_reproduces_the_recorded_tuning_run():
+    """plan_makespan's fitted CTA cost against data/native_tune_h200.json: for each shape, the
+    measured time ratios between 1, 2 and 4 waves of splits match the model's within 5%."""
+    tune = json.loads((Path(__file__).resolve().parents[1] / "data" / "native_tune_h200.json").read_text())
+    groups = {}
+    for r in tune["rows"]:
+        if r["rg"] != 4:
+            continue
+        m = math.ceil(r["heads"] * r["nodes"] / 64)
+        p = plan_launch(r["heads"] * r["nodes"], r["nodes"], r["context"], 1, 132, rg=4, prefix_splits=max(1, math.ceil(r["waves"] * 132 / m)))
+        assert p.splits == r["splits"]  # the plan the run timed
+        est = plan_makespan(p.m_tiles, math.ceil(r["context"] / BN), p.prefix_tiles_per_split, p.m_tiles * p.n_tree_splits, p.tree_tiles_per_split, 132)
+        groups.setdefault((r["context"], r["heads"], r["nodes"]), []).append((r["ms"], est))
+    assert len(groups) == 3
+    for rows in groups.values():
+        ms0, est0 = rows[0]
+        for ms, est in rows:
+            assert abs(ms / ms0 - est / est0) < 0.05, (rows, ms, est)
+
+
+@pytest.mark.parametrize("ctx, heads, nodes", [(185000, 8, 9), (185000, 8, 65), (185000, 64, 9), (185000, 64, 65), (185000, 64, 257), (32768, 8, 257), (4096, 8, 65)])
+def test_plan_fills_whole_waves(ctx, heads, nodes):
+    """The chosen split count keeps the estimated time within 10% of the work spread evenly over
+    the SMs plus one CTA's fixed cost (ceil(132 / 9) = 15 splits of 9 query tiles used to spill
+    3 CTAs into a second wave and take 1.96x that)."""
+    p = plan_launch(heads * nodes, nodes, ctx, 1, 132)
+    tiles = math.ceil(ctx / BN)
+    est = plan_makespan(p.m_tiles, tiles, p.prefix_tiles_per_split, p.m_tiles * p.n_tree_splits, p.tree_tiles_per_split, 132)
+    ideal = p.m_tiles * tiles / 132 + CTA_OVERHEAD_TILES
+    assert est <= 1.1 * ideal, (p, est, ideal)
+
+
 def test_plan_rejects_bad_arguments():
     with pytest.raises(ValueError):
         plan_launch(10, 1, 100, 1, 132, rg=3)
     with pytest.raises(ValueError):
         plan_launch(0, 1, 100, 1, 132)
+    with pytest.raises(ValueError, match="prefix_splits"):
+        plan_launch(10, 1, 100, 1, 132, prefix_splits=0)
 
 
 def test_native_rejects_bad_impl_choices():
     x, _ = make_verify_inputs([10], nodes=3, heads=2, page_size=4)
-    with pytest.raises(ValueError, match="impl must be one of"):
+    with pytest.raises(ValueError, match="impl must be 'auto' or one of"):
         NativeTreeVerify(**x, scale=SCALE, impl="tcgen05")
     with pytest.raises(ValueError, match="64 query rows"):
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma", rg=2)
+
+
+def test_auto_picks_wgmma_on_sm90_only(monkeypatch):
+    for cap, rg, want in [((9, 0), None, "wgmma"), ((9, 0), 4, "wgmma"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
+        assert resolve_impl("auto", None, rg) == want, (cap, rg)
+    assert resolve_impl("mma", None) == "mma" and resolve_impl("wgmma", None) == "wgmma"
+    with pytest.raises(ValueError, match="impl must be"):
+        resolve_impl("fastest", None)
 
 
 def test_native_rejects_non_bf16_and_cpu_tensors():
@@ -156,6 +218,7 @@ def test_wheel_ships_the_cuda_sources(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "specdiag/_cu/tree_verify_mla.cu" in names
     assert "specdiag/_cu/tree_verify_mla_wgmma.cu" in names
+    assert "specdiag/_cu/tree_verify_common.cuh" in names
     assert "specdiag/attention/native.py" in names
 
 
@@ -182,7 +245,7 @@ def test_native_matches_float64_reference_on_gpu(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")

@@ -262,7 +262,7 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
 
 
 def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: float = 40.0, progress=print) -> list[dict]:
-    """Native kernel launch variants (rows per CTA, split count) on a few configurations."""
+    """mma.sync kernel launch variants (rows per CTA, split count) on a few configurations."""
     from .attention.native import NativeTreeVerify
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -275,7 +275,7 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
             for waves in (1, 2, 4):
                 m_tiles = math.ceil(t * h / (16 * rg))
                 splits = max(1, math.ceil(waves * sms / m_tiles))
-                ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False) for i in range(rot.n)]
+                ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, rg=rg, prefix_splits=splits, check=False, impl="mma") for i in range(rot.n)]
                 ms = _time_rotating([op.run for op in ops], rep_ms)
                 row = dict(context=ctx, heads=h, nodes=t, rg=rg, waves=waves, splits=ops[0].plan.splits, ms=ms, **_rates(cost, ms))
                 rows.append(row)

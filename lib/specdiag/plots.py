@@ -6,8 +6,9 @@ import matplotlib.pyplot as plt
 
 __all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "roofline_fraction"]
 
-_STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "native": ("tab:green", "native CUDA, page_size=64"),
-          "native_ps1": ("tab:olive", "native CUDA, page_size=1"), "torch": ("tab:gray", "naive torch (gather + matmul)")}
+_STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "native": ("tab:green", "native CUDA mma.sync, page_size=64"),
+          "native_ps1": ("tab:olive", "native CUDA mma.sync, page_size=1"), "torch": ("tab:gray", "naive torch (gather + matmul)"),
+          "native_wgmma": ("tab:blue", "native CUDA wgmma, page_size=64"), "native_wgmma_ps1": ("tab:cyan", "native CUDA wgmma, page_size=1")}
 
 
 def _label(impl):

@@ -3,12 +3,14 @@
 Two implementations of the partial-attention kernel share the launch plan, the partial
 buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu``):
 
-* ``impl="mma"`` (default): ``kernels/tree_verify_mla.cu``, mma.sync m16n8k16 (sm_80 and up),
-  validated and measured on the H200 (data/native_check_h200.json, context_sweep_h200.json);
+* ``impl="mma"``: ``kernels/tree_verify_mla.cu``, mma.sync m16n8k16 (sm_80 and up);
 * ``impl="wgmma"``: ``kernels/tree_verify_mla_wgmma.cu``, Hopper warpgroup MMA reading K/V
-  straight from shared memory (sm_90a only, 64 query rows per CTA). Compiles to HGMMA with no
-  spills; **not yet run on a GPU** (the session that wrote it had no device time left): the
-  GPU tests and ``python -m specdiag.bench check --impl wgmma`` are its validation.
+  straight from shared memory (sm_90a only, 64 query rows per CTA); 1.1-1.24x faster than
+  ``mma`` at 32k context and beyond on the H200;
+* ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
+
+Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
+data/native_check_wgmma_h200.json) and timed in data/context_sweep_h200.json.
 """
 
 from __future__ import annotations
@@ -20,20 +22,31 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "LaunchPlan", "smem_bytes", "IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
 DP = MLA_HEAD_DIM + 8
+S_STRIDE = BN + 8  # floats per row of the partial-S exchange (tvc::s_stride in the .cuh)
 IMPLS = ("mma", "wgmma")
+
+
+def resolve_impl(impl: str, device, rg: int | None = None) -> str:
+    """``"auto"`` -> the faster kernel the device can run: wgmma on sm_90, else mma (also when
+    an ``rg`` other than 4 asks for fewer query rows per CTA, which only mma has)."""
+    if impl == "auto":
+        return "wgmma" if torch.cuda.get_device_capability(device) == (9, 0) and rg in (None, 4) else "mma"
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
+    return impl
 
 
 def smem_bytes(rg: int, impl: str = "mma") -> int:
     """Dynamic shared memory of one CTA (must match the .cu)."""
     if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded core-matrix layout, + 2 partial S
-        return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * BN * 4
+        return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * S_STRIDE * 4
     bm, nw = 16 * rg, 2 * rg
-    return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * BN * 4
+    return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * S_STRIDE * 4
 
 
 @dataclass
@@ -50,13 +63,37 @@ class LaunchPlan:
         return self.n_prefix_splits + self.n_tree_splits
 
 
+# A CTA's fixed cost (Q load, pipeline fill, epilogue, its share of the merge) in key-tile
+# times, and the cost a tree CTA (a few tiles, launched last) adds past its own tiles: fitted to
+# the H200 tuning run (data/native_tune_h200.json: 1, 2 and 4 waves of splits at three shapes),
+# whose time ratios ``plan_makespan`` reproduces within 5% (tests/test_native.py).
+CTA_OVERHEAD_TILES = 7
+TREE_CTA_OVERHEAD_TILES = 1
+
+
+def plan_makespan(m_ctas: int, prefix_tiles: int, per: int, tree_ctas: int, tree_per: int, num_sms: int, overhead: float = CTA_OVERHEAD_TILES, tree_overhead: float = TREE_CTA_OVERHEAD_TILES) -> float:
+    """Estimated kernel time in key-tile times: one CTA per SM, prefix CTAs in waves of
+    ``num_sms``, tree CTAs (launched last, short) filling the last wave's idle SMs first."""
+    prefix_ctas = m_ctas * math.ceil(prefix_tiles / per) if prefix_tiles else 0
+    waves = math.ceil(prefix_ctas / num_sms)
+    free = waves * num_sms - prefix_ctas
+    extra = 0 if tree_ctas <= free else math.ceil((tree_ctas - free) / num_sms) * (tree_per + tree_overhead)
+    return waves * (per + overhead) + extra
+
+
+def _tree_per(tree_tiles: int, per: int, prefix_tiles: int) -> int:
+    return min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
+
+
 def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int, rg: int | None = None, prefix_splits: int | None = None) -> LaunchPlan:
     """Split-KV plan.
 
-    Defaults come from the H200 tuning run (data/native_tune_h200.json): 64 query rows per CTA
-    (rg=4) was fastest at every shape tried, even at 72 rows, since a CTA's time per key tile
-    barely depends on its rows; prefix splits fill the SMs once when there are few query tiles
-    and about four times over when there are many (less tail).
+    64 query rows per CTA (rg=4) by default: fastest at every shape of the H200 tuning run
+    (data/native_tune_h200.json), even at 72 rows, since a CTA's time per key tile barely
+    depends on its rows. The prefix split count minimises ``plan_makespan``: whole waves of
+    CTAs (one per SM), each split long enough to pay for a CTA's fixed cost. (The earlier rule,
+    ceil(SMs / query tiles) splits, launched 135 CTAs on 132 SMs for 9 query tiles and made
+    those shapes take two full CTA lifetimes: ncu, H=8 T=65 at 185k, SMs active 49% of the time.)
     """
     if rg is None:
         rg = 4
@@ -64,17 +101,29 @@ def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int
         raise ValueError(f"rg must be 1, 2 or 4, got {rg}")
     if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
         raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
+    if prefix_splits is not None and prefix_splits < 1:
+        raise ValueError(f"prefix_splits must be >= 1, got {prefix_splits}")
     m_tiles = math.ceil(rows / (16 * rg))
+    m_ctas = m_tiles * batch
     prefix_tiles = math.ceil(max_prefix / BN)
+    tree_tiles = math.ceil(nodes / BN)
     if prefix_tiles == 0:
         n_prefix, per = 0, 1
     else:
-        waves = 1 if m_tiles * batch * 4 <= num_sms else 4
-        want = prefix_splits or max(1, math.ceil(waves * num_sms / (m_tiles * batch)))
-        per = math.ceil(prefix_tiles / min(want, prefix_tiles))
+        if prefix_splits is not None:
+            candidates = [min(prefix_splits, prefix_tiles)]
+        else:  # enough to fill 8 waves; beyond that a CTA's fixed cost only grows the total
+            candidates = range(1, min(prefix_tiles, max(1, 8 * num_sms // m_ctas)) + 1)
+        best = None
+        for n in candidates:
+            p = math.ceil(prefix_tiles / n)
+            tp = _tree_per(tree_tiles, p, prefix_tiles)
+            cost = plan_makespan(m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms)
+            if best is None or cost < best[0]:
+                best = (cost, p)
+        per = best[1]
         n_prefix = math.ceil(prefix_tiles / per)
-    tree_tiles = math.ceil(nodes / BN)
-    tree_per = min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
+    tree_per = _tree_per(tree_tiles, per, prefix_tiles)
     n_tree = math.ceil(tree_tiles / tree_per)
     return LaunchPlan(rg, m_tiles, n_prefix, per, n_tree, tree_per)
 
@@ -88,13 +137,13 @@ class NativeTreeVerify:
     ``impl`` picks the partial kernel (module docstring).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="mma"):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto"):
         import numpy as np
 
         from .. import kernels
 
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        if impl != "auto" and impl not in IMPLS:
+            raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
         if impl == "wgmma":
             if rg not in (None, 4):
                 raise ValueError(f"the wgmma kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
@@ -108,6 +157,9 @@ class NativeTreeVerify:
         if x.head_dim != MLA_HEAD_DIM:
             raise ValueError(f"the native kernel is built for head dim {MLA_HEAD_DIM}, got {x.head_dim}")
         dev = x.q.device
+        impl = resolve_impl(impl, dev, rg)
+        if impl == "wgmma":
+            rg = 4
         for name, t in (("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
             if t.device != dev:
                 raise ValueError(f"{name} is on {t.device}, q on {dev}")
@@ -162,7 +214,7 @@ class NativeTreeVerify:
         return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="mma"):
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto"):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
     op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl)
     out, lse = op.run()
