@@ -6,6 +6,7 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -268,3 +269,34 @@ def test_bench_once_launches_the_planned_grid(impl):
     r = run_once(5000, 8, 9, impl=impl, iters=2)
     p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl == "wgmma" else None)
     assert (r["m_tiles"], r["splits"], r["ctas"]) == (p.m_tiles, p.splits, p.m_tiles * p.splits)
+
+
+@pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
+def test_ablation_variants_apply_and_drop_their_stage():
+    """bench.ablation_variants edits the wgmma source text; each edit must still match the source
+    (else it raises) and compile, and the variants without matrix multiplies must lose them."""
+    from specdiag.bench import ablation_variants
+
+    variants = ablation_variants()
+    assert set(variants) == {"full", "no_qk", "no_pv", "no_softmax", "no_exchange", "no_loads", "no_mma", "loads_only"}
+    assert variants["full"] == kernels.kernel_source("tree_verify_mla_wgmma")
+    assert len(set(variants.values())) == len(variants)
+    for name in ("no_qk", "no_mma", "loads_only"):
+        f = kernels.nvcc_check("tree_verify_mla_wgmma", source=variants[name])["tree_verify_partial_wgmma"]
+        assert not f.spills and f.stack_frame == 0
+    with tempfile.TemporaryDirectory() as td:
+        src = Path(td) / "no_mma.cu"
+        src.write_text(variants["no_mma"])
+        cubin = Path(td) / "k.cubin"
+        subprocess.run(["nvcc", *kernels.arch_flags("sm_90a"), "-cubin", "-O3", "-o", str(cubin), str(src)], check=True, capture_output=True)
+        dump = subprocess.run([kernels.find_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    # (ptxas keeps empty commit groups as null HGMMA.64x8x16 on RZ; the real shapes must be gone)
+    assert "HGMMA.64x32x16" not in dump and "HGMMA.64x256x16" not in dump and "LDGSTS" in dump
+
+
+def test_ablation_refuses_a_source_it_no_longer_matches(monkeypatch):
+    from specdiag import bench
+
+    monkeypatch.setitem(bench._ABLATIONS, "loads", [("this line is not in the kernel", "")])
+    with pytest.raises(RuntimeError, match="ablation no_loads"):
+        bench.ablation_variants()

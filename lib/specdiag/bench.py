@@ -302,6 +302,67 @@ def run_once(context: int, heads: int, nodes: int, impl: str = "mma", page_size:
     return dict(impl=impl, context=context, heads=heads, nodes=nodes, page_size=page_size, iters=iters, rg=p.rg, m_tiles=p.m_tiles, splits=p.splits, ctas=p.m_tiles * p.splits)
 
 
+# Stage ablation of the wgmma kernel: each variant deletes (or stubs) one stage of the main
+# loop in the source text. Results are wrong by design; only the time means something.
+_ABLATIONS = {
+    "qk": [("issue_qk(s, stage(0));", ""), ("issue_qk(s, stage(j + 1));", "")],
+    "pv": [("issue_pv(a, stage(j));", ""), ("issue_pv(a, stage(n_tiles - 1));", "")],
+    "softmax": [("tvc::online_softmax<BN>(s, m_r, l_r, alpha);", "alpha[0] = alpha[1] = 1.f;"),
+                ("tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
+    "exchange": [("tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);\n      __syncthreads();", "")],
+    "loads": [("if (j + 2 < n_tiles) load_tile(j + 2, (j + 2) % STAGES);", "")],
+}
+
+
+def ablation_variants() -> dict[str, str]:
+    """wgmma kernel sources with one stage left out ("no_qk", ...), plus "no_mma" (neither
+    matrix multiply) and "loads_only" (tile loads and barriers only), and "full"."""
+    from . import kernels
+
+    src = kernels.kernel_source("tree_verify_mla_wgmma")
+    plans = {"full": []} | {f"no_{k}": v for k, v in _ABLATIONS.items()}
+    plans["no_mma"] = _ABLATIONS["qk"] + _ABLATIONS["pv"]
+    plans["loads_only"] = _ABLATIONS["qk"] + _ABLATIONS["pv"] + _ABLATIONS["softmax"] + _ABLATIONS["exchange"]
+    out = {}
+    for name, edits in plans.items():
+        s = src
+        for old, new in edits:
+            if s.count(old) != 1:
+                raise RuntimeError(f"ablation {name}: expected one {old!r} in tree_verify_mla_wgmma.cu; update bench._ABLATIONS")
+            s = s.replace(old, new)
+        out[name] = s
+    return out
+
+
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, progress=print) -> list[dict]:
+    """Time every ``ablation_variants`` source on the same launches (sm_90 only)."""
+    from pycuda.compiler import SourceModule
+
+    from . import kernels
+    from .attention.native import NativeTreeVerify
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        raise RuntimeError("the ablation runs the wgmma kernel: it needs an sm_90 GPU")
+    kernels.load_module("tree_verify_mla")  # joins torch's context before pycuda compiles
+    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function("tree_verify_partial_wgmma") for name, src in ablation_variants().items()}
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for ctx, h, t in shapes:
+        rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
+        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma") for i in range(rot.n)]
+        full = None
+        for name, f in funcs.items():
+            for op in ops:
+                op._partial = f
+            ms = _time_rotating([op.run for op in ops], rep_ms)
+            full = full or ms
+            rows.append(dict(context=ctx, heads=h, nodes=t, variant=name, ms=ms, vs_full=ms / full))
+            progress(f"ctx={ctx} H={h} T={t} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
+        del ops, rot
+        torch.cuda.empty_cache()
+    return rows
+
+
 def save(path: str | Path, kind: str, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +373,7 @@ def save(path: str | Path, kind: str, payload: dict) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdiag.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "once"], help="once: launch one shape (first of --contexts/--heads/--trees) a few times, for ncu/nsys")
+    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "once", "ablate"], help="once: launch one shape (first of --contexts/--heads/--trees) a few times, for ncu/nsys; ablate: time the wgmma kernel with each stage left out")
     ap.add_argument("--contexts", default=None, help="comma-separated prefix lengths (default: the full sweep)")
     ap.add_argument("--heads", default=None, help="comma-separated head counts")
     ap.add_argument("--trees", default=None, help="comma-separated tree sizes (nodes, root included)")
@@ -342,6 +403,9 @@ def main(argv=None) -> int:
         return 1 if bad else 0
     if a.mode == "tune":
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
+        return 0
+    if a.mode == "ablate":
+        save(a.out, "native_ablation", {"rows": ablate()})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)

@@ -110,15 +110,19 @@ class PtxasFunction:
         return self.spill_stores > 0 or self.spill_loads > 0
 
 
-def nvcc_check(name: str, arch: str | None = None, nvcc: str | None = None, extra: tuple[str, ...] = ()) -> dict[str, PtxasFunction]:
-    """Compile ``kernels/<name>.cu`` to a cubin for ``arch`` (default: ``kernel_arch``) and
-    parse ptxas' resource report."""
+def nvcc_check(name: str, arch: str | None = None, nvcc: str | None = None, extra: tuple[str, ...] = (), source: str | None = None) -> dict[str, PtxasFunction]:
+    """Compile ``kernels/<name>.cu`` (or ``source``, a variant of it) to a cubin for ``arch``
+    (default: ``kernel_arch``) and parse ptxas' resource report."""
     exe = nvcc or shutil.which("nvcc")
     if exe is None:
         raise FileNotFoundError("nvcc is not on PATH")
     arch = arch or kernel_arch(name)
     with tempfile.TemporaryDirectory() as td:
-        cmd = [exe, *arch_flags(arch), "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(kernel_path(name)), *extra]
+        src = kernel_path(name)
+        if source is not None:
+            src = Path(td) / f"{name}.cu"
+            src.write_text(source)
+        cmd = [exe, *arch_flags(arch), "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(src), *extra]
         res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}.cu ({arch}):\n{res.stderr}")
