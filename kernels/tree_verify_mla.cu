@@ -90,8 +90,6 @@ __device__ __forceinline__ void verify_partial(
   const int split = blockIdx.y, b = blockIdx.z;
 
   const tvc::SplitWork w = tvc::split_work<BN>(split, b, prefix_lens, n_prefix_splits, prefix_tiles_per_split, T, tree_tiles_per_split);
-  const bool is_tree = w.is_tree;
-  const int kv_len = w.kv_len, tile_begin = w.tile_begin, n_tiles = w.n_tiles;
 
   float o[VH / 2];  // 16 rows x 256 columns over the warp, accumulator order (tree_verify_common.cuh)
 #pragma unroll
@@ -99,7 +97,7 @@ __device__ __forceinline__ void verify_partial(
   float m_r[2] = {-INFINITY, -INFINITY};
   float l_r[2] = {0.f, 0.f};
 
-  if (n_tiles > 0) {
+  if (w.n_tiles > 0) {
     const __nv_bfloat16* qb = q + (size_t)b * R * D;
     for (int i = tid; i < BM * CHUNKS; i += NT) {
       const int r = i / CHUNKS, c = i - r * CHUNKS;
@@ -111,16 +109,16 @@ __device__ __forceinline__ void verify_partial(
     auto load_tile = [&](int tile, int stage) {
       constexpr int ROWS_PER_WARP = BN / NW;
       __nv_bfloat16* dst = sK + stage * BN * DP;
-      const int tok0 = (tile_begin + tile) * BN;
+      const int tok0 = (w.tile_begin + tile) * BN;
       const __nv_bfloat16* src[ROWS_PER_WARP];
       int bytes[ROWS_PER_WARP];
 #pragma unroll
       for (int j = 0; j < ROWS_PER_WARP; ++j) {
         const int tok = tok0 + warp + j * NW;
-        const bool ok = tok < kv_len;
+        const bool ok = tok < w.kv_len;
         const int tk = ok ? tok : 0;
         bytes[j] = ok ? 16 : 0;
-        if (!is_tree) {
+        if (!w.is_tree) {
           const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
           src[j] = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
         } else {
@@ -136,17 +134,17 @@ __device__ __forceinline__ void verify_partial(
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < n_tiles) load_tile(s, s);
+      if (s < w.n_tiles) load_tile(s, s);
       cp_async_commit();
     }
 
     const int qrow = rg * 16;
-    for (int it = 0; it < n_tiles; ++it) {
+    for (int it = 0; it < w.n_tiles; ++it) {
       cp_async_wait<STAGES - 2>();
       __syncthreads();
       {
         const int nxt = it + STAGES - 1;
-        if (nxt < n_tiles) load_tile(nxt, nxt % STAGES);
+        if (nxt < w.n_tiles) load_tile(nxt, nxt % STAGES);
         cp_async_commit();
       }
       const __nv_bfloat16* kt = sK + (it % STAGES) * BN * DP;

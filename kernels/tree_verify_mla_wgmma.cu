@@ -145,8 +145,6 @@ __device__ __forceinline__ void verify_partial(
   const int split = blockIdx.y, b = blockIdx.z;
 
   const tvc::SplitWork w = tvc::split_work<BN>(split, b, prefix_lens, n_prefix_splits, prefix_tiles_per_split, T, tree_tiles_per_split);
-  const bool is_tree = w.is_tree;
-  const int kv_len = w.kv_len, tile_begin = w.tile_begin, n_tiles = w.n_tiles;
 
   float o[128];
 #pragma unroll
@@ -154,7 +152,7 @@ __device__ __forceinline__ void verify_partial(
   float m_r[2] = {-INFINITY, -INFINITY};
   float l_r[2] = {0.f, 0.f};
 
-  if (n_tiles > 0) {
+  if (w.n_tiles > 0) {
     {
       const int r = load_row<BM>(tid);
       const int gr = row0 + r;
@@ -162,11 +160,11 @@ __device__ __forceinline__ void verify_partial(
     }
     const int my_row = load_row<BN>(tid);
     auto load_tile = [&](int tile, int stage) {
-      const int tok = (tile_begin + tile) * BN + my_row;
-      const bool ok = tok < kv_len;
+      const int tok = (w.tile_begin + tile) * BN + my_row;
+      const bool ok = tok < w.kv_len;
       const int tk = ok ? tok : 0;
       const __nv_bfloat16* src;
-      if (!is_tree) {
+      if (!w.is_tree) {
         const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
         src = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
       } else {
@@ -176,7 +174,7 @@ __device__ __forceinline__ void verify_partial(
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < n_tiles) load_tile(s, s);
+      if (s < w.n_tiles) load_tile(s, s);
       cp_async_commit();
     }
 
@@ -229,11 +227,11 @@ __device__ __forceinline__ void verify_partial(
     for (int i = 0; i < 16; ++i) fence_operand(s[i]);
     softmax_tile(s, 0, a, alpha);  // O is still zero: nothing to rescale
 
-    for (int j = 0; j + 1 < n_tiles; ++j) {
+    for (int j = 0; j + 1 < w.n_tiles; ++j) {
       cp_async_wait<0>();  // tile j + 1
       fence_proxy_async();
       __syncthreads();     // tile j + 1 visible; every warp is past P V (j - 1) and the last exchange
-      if (j + 2 < n_tiles) load_tile(j + 2, (j + 2) % STAGES);
+      if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES);
       cp_async_commit();
 #pragma unroll
       for (int i = 0; i < 16; ++i) fence_operand(s[i]);
@@ -264,7 +262,7 @@ __device__ __forceinline__ void verify_partial(
 #pragma unroll
     for (int i = 0; i < 128; ++i) fence_operand(o[i]);
     wgmma_fence();
-    issue_pv(a, stage(n_tiles - 1));
+    issue_pv(a, stage(w.n_tiles - 1));
     wgmma_commit();
     wgmma_wait<0>();
 #pragma unroll

@@ -306,11 +306,11 @@ def run_once(context: int, heads: int, nodes: int, impl: str = "mma", page_size:
 # loop in the source text. Results are wrong by design; only the time means something.
 _ABLATIONS = {
     "qk": [("issue_qk(s, stage(0));", ""), ("issue_qk(s, stage(j + 1));", "")],
-    "pv": [("issue_pv(a, stage(j));", ""), ("issue_pv(a, stage(n_tiles - 1));", "")],
+    "pv": [("issue_pv(a, stage(j));", ""), ("issue_pv(a, stage(w.n_tiles - 1));", "")],
     "softmax": [("tvc::online_softmax<BN>(s, m_r, l_r, alpha);", "alpha[0] = alpha[1] = 1.f;"),
                 ("tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
     "exchange": [("tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);\n      __syncthreads();", "")],
-    "loads": [("if (j + 2 < n_tiles) load_tile(j + 2, (j + 2) % STAGES);", "")],
+    "loads": [("if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES);", "")],
 }
 
 
