@@ -155,11 +155,11 @@ if "native_wgmma" in set(df.impl):
     if "native_wgmma_ps1" in set(df.impl):
         ps = analysis.speedup_table(df, base="native_wgmma_ps1", new="native_wgmma")
         print(f"wgmma, page_size=1 / page_size=64 time: {ps.speedup.min():.2f}x to {ps.speedup.max():.2f}x")
-    display = vs[vs.context == ctx].round(3)
+    wg_table = vs[vs.context == ctx].round(3)
 else:
     print("no wgmma measurements here (not an sm_90 GPU, or an older recording)")
-    display = None
-display
+    wg_table = None
+wg_table
 
 # %% [markdown]
 # ## 7. Where the time goes: one stage left out at a time
@@ -180,10 +180,9 @@ ablation.round(2)
 # The native kernels remove the collapse: at 185k context, H=8 and a 9-node tree, 61 layers of
 # verify attention take about 16 ms instead of 1.9 s, and reading pages of one token costs at
 # most 1.2x of reading pages of 64. They are still 3.6x to 8x above the roofline floor.
-# Every shape here is arithmetic-bound once the prefix is split across all SMs except the
-# smallest (72 query rows), and the wgmma kernel reaches about 215 TFLOP/s against a
-# 790 TFLOP/s GEMM: a CTA spends about 4,900 cycles per 32-key tile where its tensor work is
-# about 1,100. Timed with one stage left out at a time, the kernel runs 1.6-1.8x faster
+# By the floor's arithmetic every shape here except the smallest (72 query rows) is
+# compute-bound, yet the wgmma kernel reaches only about 215 TFLOP/s against a 790 TFLOP/s
+# GEMM: a CTA spends about 4,900 cycles per 32-key tile where its tensor work is about 1,100. Timed with one stage left out at a time, the kernel runs 1.6-1.8x faster
 # without its tile loads and only 1.1-1.2x faster without its matrix multiplies: the 16-byte
 # `cp.async` loads (about 2 TB/s from L2 across the chip) bound it, not the arithmetic.
 # `docs/kernel_notes.md` records what each version changed and measured, and what the next
