@@ -71,11 +71,12 @@ def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     assert all(ps == 1 for k, (_, ps) in bench.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
 
 
-def test_bench_cli_needs_out_except_for_once_and_once_refuses_bad_shapes():
+def test_bench_cli_needs_out_and_the_profiling_workload_refuses_unknown_kernels():
     with pytest.raises(SystemExit) as e:
         bench.main(["sweep", "--quick"])
     assert e.value.code == 2
-    with pytest.raises(ValueError, match="heads >= 1"):
-        bench.run_once(1024, 0, 9)
-    with pytest.raises(ValueError, match="iters >= 1"):
-        bench.run_once(1024, 8, 9, iters=0)
+    from specdiag.probes import workloads
+
+    with pytest.raises(SystemExit) as e:
+        workloads.main(["native", "--impl", "tcgen05"])
+    assert e.value.code == 2

@@ -262,13 +262,16 @@ def test_native_runs_on_a_side_stream(impl):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl", ["mma", "wgmma"])
-def test_bench_once_launches_the_planned_grid(impl):
-    from specdiag.bench import run_once
+def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
+    from specdiag.probes.workloads import make_workload
 
     _needs_sm90(impl)
-    r = run_once(5000, 8, 9, impl=impl, iters=2)
+    run = make_workload("native", context=5000, heads=8, nodes=9, impl=impl)
+    run()
+    torch.cuda.synchronize()
+    op = run.__self__
     p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl == "wgmma" else None)
-    assert (r["m_tiles"], r["splits"], r["ctas"]) == (p.m_tiles, p.splits, p.m_tiles * p.splits)
+    assert op.impl == impl and op.plan == p
 
 
 @pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")

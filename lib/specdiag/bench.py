@@ -286,22 +286,6 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
     return rows
 
 
-def run_once(context: int, heads: int, nodes: int, impl: str = "mma", page_size: int = 64, iters: int = 3) -> dict:
-    """Launch one native shape ``iters`` times with no timing, for a profiler to attach to
-    (``ncu --kernel-name regex:tree_verify_partial ...``); returns the launch plan."""
-    from .attention.native import NativeTreeVerify
-
-    if context < 0 or heads < 1 or nodes < 1 or iters < 1:
-        raise ValueError("need context >= 0, heads >= 1, nodes >= 1, iters >= 1")
-    rot = _Rotation(context, page_size, nodes, heads, l2_bytes=0, seed=context + heads + nodes, max_sets=1)
-    op = NativeTreeVerify(**rot.inputs(0), scale=SOFTMAX_SCALE, impl=impl)
-    for _ in range(iters):
-        op.run()
-    torch.cuda.synchronize()
-    p = op.plan
-    return dict(impl=impl, context=context, heads=heads, nodes=nodes, page_size=page_size, iters=iters, rg=p.rg, m_tiles=p.m_tiles, splits=p.splits, ctas=p.m_tiles * p.splits)
-
-
 # Stage ablation of the wgmma kernel: each variant deletes (or stubs) one stage of the main
 # loop in the source text. Results are wrong by design; only the time means something.
 _ABLATIONS = {
@@ -373,26 +357,19 @@ def save(path: str | Path, kind: str, payload: dict) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdiag.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "once", "ablate"], help="once: launch one shape (first of --contexts/--heads/--trees) a few times, for ncu/nsys; ablate: time the wgmma kernel with each stage left out")
+    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "ablate"], help="ablate: time the wgmma kernel with each stage left out (one shape under ncu: python -m specdiag.probes.workloads native)")
     ap.add_argument("--contexts", default=None, help="comma-separated prefix lengths (default: the full sweep)")
     ap.add_argument("--heads", default=None, help="comma-separated head counts")
     ap.add_argument("--trees", default=None, help="comma-separated tree sizes (nodes, root included)")
-    ap.add_argument("--out", default=None, help="where to save the results (JSON); needed by all modes but once")
+    ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
-    ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check, once: which native kernel")
-    ap.add_argument("--iters", type=int, default=3, help="once: launches")
+    ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
     a = ap.parse_args(argv)
-    if a.mode != "once" and not a.out:
-        ap.error(f"{a.mode} needs --out")
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
-    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
-    if a.mode == "once":
-        print(run_once(ints(a.contexts, (32768,))[0], ints(a.heads, (64,))[0], ints(a.trees, (257,))[0], impl=a.impl, iters=a.iters))
-        return 0
     if a.mode == "check":
         res = check_native(impl=a.impl)
         for r in res:
@@ -412,6 +389,7 @@ def main(argv=None) -> int:
     if a.mode == "ceilings":
         save(a.out, "ceilings", {"ceilings": ceilings})
         return 0
+    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else SWEEP_CONTEXTS)
     rows = context_sweep(contexts=contexts, heads=ints(a.heads, SWEEP_HEADS), trees=ints(a.trees, SWEEP_TREES), impls=tuple(a.impls.split(",")), rep_ms=a.rep_ms)
     save(a.out, "context_sweep", {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE, "rows": rows})

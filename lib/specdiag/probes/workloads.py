@@ -2,11 +2,13 @@
 
 * ``baseline``: the page_size=1 Triton extend kernel at long context (latency-bound gathers,
   a handful of CTAs): the kernel the deployment was running;
-* ``native``: the native split-KV tree-verify kernel on the same inputs;
+* ``native``: the native split-KV tree-verify kernel on the same inputs (``impl`` picks the
+  kernel, as in ``NativeTreeVerify``);
 * ``gemm``: an 8192^3 bf16 matrix product (the tensor cores at full tilt).
 
 ``python -m specdiag.probes.workloads NAME --iters N`` builds the inputs, warms up, then runs
-N iterations inside a CUDA profiler range (what ``probes.ncu`` profiles).
+N iterations inside a CUDA profiler range (what ``probes.ncu`` profiles, or ncu by hand:
+``ncu --kernel-name regex:tree_verify_partial python -m specdiag.probes.workloads native --impl wgmma``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ WORKLOADS = ("baseline", "native", "gemm")
 KERNEL_REGEX = {"baseline": "_extend_fwd_kernel", "native": "tree_verify_partial", "gemm": "."}
 
 
-def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0):
+def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0, impl: str = "auto"):
     """Build inputs on the GPU and return a zero-argument callable that launches one step."""
     import torch
 
@@ -44,7 +46,7 @@ def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int =
         return lambda: extend_attention_fwd(prep, scale)
     from ..attention.native import NativeTreeVerify
 
-    op = NativeTreeVerify(**x, scale=scale)
+    op = NativeTreeVerify(**x, scale=scale, impl=impl)
     return op.run
 
 
@@ -70,10 +72,11 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=131072)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--nodes", type=int, default=9)
+    ap.add_argument("--impl", default="auto", choices=["auto", "mma", "wgmma"], help="native: which kernel")
     a = ap.parse_args(argv)
     import torch
 
-    fn = make_workload(a.name, a.context, a.heads, a.nodes)
+    fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
