@@ -4,19 +4,23 @@
 // Same contract, launch grid, split-KV partials and LSE merge as tree_verify_mla.cu (the merge
 // kernel there combines this kernel's partials); what changes is how a CTA does its math:
 //   * a CTA is two warpgroups (256 threads) on 64 query rows (rows = node * H + head);
-//   * shared memory holds Q and each 32-key tile in the *core-matrix* layout wgmma reads
-//     without swizzling: 16-byte chunk (row r, chunk c) of a tile lives at
-//       (r / 8) * 9216 + c * 128 + (r % 8) * 16 bytes,
-//     so 8 rows x 16 bytes (one core matrix) are 128 contiguous bytes;
+//   * shared memory holds Q and each 32-key tile in the 128-byte-swizzled layout that both the
+//     Tensor Memory Accelerator (TMA) writes and wgmma reads: the tile is 9 column blocks of 64
+//     head dims; in a block, token row r is 128 contiguous bytes at r * 128 with its 16-byte
+//     chunk c stored at chunk position c ^ (r % 8) (every block starts 1024-byte aligned);
 //   * S = Q K^T: warpgroup h issues wgmma.m64n32k16 over head dims [288h, 288h + 288),
-//     A = Q and B = K straight from shared memory (both K-major), then the two partial S
-//     are summed through shared memory (as the warp pairs of the mma.sync version do);
+//     A = Q and B = K straight from shared memory (K-major, 128-byte swizzle), then the two
+//     partial S are summed through shared memory (as the warp pairs of the mma.sync version do);
 //   * O += P V: warpgroup h owns output columns [256h, 256h + 256): wgmma.m64n256k16 with
 //     A = P from registers (the S accumulator layout is the A-fragment layout) and B = V,
-//     the same shared-memory tile read MN-major (transposed): no second copy of V, no
-//     ldmatrix staging, one B read per warpgroup instead of one per warp;
-//   * loads: 3-stage cp.async pipeline, 16-byte chunks; the 8 lanes of a quarter-warp write
-//     one core matrix (conflict-free) and read 64 contiguous bytes of each of 8 token rows.
+//     the same shared-memory tile read MN-major (transposed): no second copy of V;
+//   * key tiles, 3 stages: where a tile is contiguous in memory (the tree block; a prefix whose
+//     page size is a multiple of 32) thread 0 issues 9 TMA copies (one per column block, a box
+//     of 64 dims x 32 tokens) that complete on the stage's mbarrier; otherwise (page size 1,
+//     16, ...) 16-byte cp.async, each quarter-warp reading 128 contiguous bytes of one token
+//     row and writing them to one 128-byte shared row (conflict-free). Q always uses cp.async.
+//     Rows of a TMA tile past the end of the keys are zeroed in shared memory before use (the
+//     pool's unused slots may hold anything; P = 0 there, but 0 * NaN is NaN).
 // Needs sm_90a (-gencode=arch=compute_90a,code=sm_90a).
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -30,47 +34,48 @@ constexpr int D = 576;
 constexpr int DV = 512;
 constexpr int BN = 32;                 // keys per tile
 constexpr int BM = 64;                 // query rows per CTA
-constexpr int CH = D * 2 / 16;         // 16-byte chunks per token row (72)
-constexpr int GROUP_B = CH * 128;      // bytes per 8-row group of a tile (9216)
-constexpr int TILE_B = BN / 8 * GROUP_B;
-constexpr int Q_B = BM / 8 * GROUP_B;
+constexpr int CH = D * 2 / 16;         // 16-byte chunks per token row (72; the layout check uses it)
+constexpr int NB = D / 64;             // column blocks of 64 head dims = one 128-byte swizzle row (9)
+constexpr int TILE_B = NB * BN * 128;  // 36864
+constexpr int Q_B = NB * BM * 128;     // 73728
 constexpr int STAGES = 3;
 constexpr int NT = 256;
-constexpr int KH_CH = CH / 2;          // head-dim chunks per warpgroup for Q.K^T (36 = 288 dims)
+constexpr int KSTEPS = D / 16;         // k-steps of Q.K^T (36), half of them per warpgroup (288 dims)
 constexpr int VH = DV / 2;             // output columns per warpgroup (256)
-constexpr int SMEM_BYTES = Q_B + STAGES * TILE_B + 2 * BM * tvc::s_stride<BN>() * 4;  // 204800 = specdiag.attention.native.smem_bytes(4, "wgmma")
+constexpr int S_B = 2 * BM * tvc::s_stride<BN>() * 4;
+constexpr int SMEM_DATA = Q_B + STAGES * TILE_B + S_B;  // 204800, then STAGES mbarriers
+constexpr int SMEM_BYTES = SMEM_DATA + 64 + 1024;  // 205888 = specdiag.attention.native.smem_bytes(4, "wgmma") (+ slack to align the base to 1024)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
+static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && (BN * 128) % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
 // ---- layout arithmetic, host-callable so tests/cuda/wgmma_layout_check.cu can check it on a CPU ----
 #define TVW_HD __host__ __device__ __forceinline__
-// byte offset of 16-byte chunk `chunk` of row `row` in a core-matrix tile
-TVW_HD constexpr uint32_t tile_offset(int row, int chunk) {
-  return (uint32_t)((row / 8) * GROUP_B + chunk * 128 + (row % 8) * 16);
+// byte offset of 16-byte chunk `chunk` (0..71) of row `row` in a swizzled tile of `rows` rows
+TVW_HD constexpr uint32_t tile_offset(int rows, int row, int chunk) {
+  return (uint32_t)((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
-// the row a thread loads (always the same one), and the chunk of its k-th copy; ROWS = 32 or 64
-template <int ROWS>
-TVW_HD constexpr int load_row(int tid) { return ((tid >> 5) % (ROWS / 8)) * 8 + (tid & 7); }
-template <int ROWS>
-TVW_HD constexpr int load_copies() { return (CH / 4) * (ROWS / 8) / 8; }
-template <int ROWS>
-TVW_HD constexpr int load_chunk(int tid, int k) {
-  return (((tid >> 5) / (ROWS / 8)) + k * (8 / (ROWS / 8))) * 4 + ((tid & 31) >> 3);
-}
-// Shared-memory matrix descriptor, no swizzle ("interleave" canonical layout).
-// K-major operand: lbo = byte step between core matrices along K, sbo = along M/N.
-// MN-major operand: sbo = byte step between core matrices along M/N, lbo = along K.
+// cp.async assignment: thread `tid` copies chunks 8 c + tid % 8 (c = 0..8) of rows tid / 8 + 32 i
+TVW_HD constexpr int load_row(int tid, int i) { return (tid >> 3) + 32 * i; }
+TVW_HD constexpr int load_chunk(int tid, int c) { return 8 * c + (tid & 7); }
+// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63).
+// K-major operand: sbo = byte step between 8-row groups (lbo unused: 16).
+// MN-major operand: lbo = byte step between 64-element atoms along M/N, sbo = between 8-row groups along K.
 TVW_HD constexpr uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
-         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
+         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
-// Q.K^T k-step `ks` of warpgroup `half`: A (Q) and B (K tile), both K-major, start at this offset
-TVW_HD constexpr uint32_t qk_offset(int half, int ks) { return tile_offset(0, half * KH_CH + 2 * ks); }
-TVW_HD constexpr uint64_t qk_desc(uint32_t tile_base, int half, int ks) {
-  return make_desc(tile_base + qk_offset(half, ks), 128, GROUP_B);
+// Q.K^T k-step `ks` (head dims 288 half + 16 ks ..) of warpgroup `half` in a tile of `rows`
+// rows: the 32-byte step inside the column block's 128-byte rows
+TVW_HD constexpr uint32_t qk_offset(int rows, int half, int ks) {
+  return (uint32_t)(((half * (KSTEPS / 2) + ks) >> 2) * rows * 128 + ((half * (KSTEPS / 2) + ks) & 3) * 32);
 }
-// P.V k-step `kk` (keys 16kk..16kk+15) of warpgroup `half` (columns 256 half ..): V MN-major
+TVW_HD constexpr uint64_t qk_desc(uint32_t tile_base, int rows, int half, int ks) {
+  return make_desc(tile_base + qk_offset(rows, half, ks), 16, 1024);
+}
+// P.V k-step `kk` (keys 16kk..16kk+15) of warpgroup `half` (columns 256 half ..): V MN-major,
+// four 64-column blocks BN * 128 bytes apart
 TVW_HD constexpr uint64_t pv_desc(uint32_t tile_base, int half, int kk) {
-  return make_desc(tile_base + tile_offset(16 * kk, half * (VH / 8)), GROUP_B, 128);
+  return make_desc(tile_base + half * (VH / 64) * BN * 128 + 16 * kk * 128, BN * 128, 1024);
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -82,8 +87,33 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy
+// generic-proxy shared-memory writes (cp.async, st.shared) before wgmma reads them (async proxy)
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void st_shared_zero16(uint32_t dst) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0) : "memory");
+}
+
+// ---- mbarrier + TMA (cp.async.bulk.tensor), plain sm_90 ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// box (64 dims, 1 column block, 32 tokens) at coordinates (0, block, token) of a 3-D map
+// {64, 9, tokens} over 1152-byte token rows; completes `bar`'s transaction count
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int block, int token, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(block), "r"(token), "r"(bar) : "memory");
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -112,16 +142,23 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[128], const uint32_t (&a)[4]
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-// ROWS (32 or 64) token rows into core-matrix layout at `dst`: each thread copies
-// load_copies<ROWS>() chunks of its row load_row<ROWS>(tid). The 8 lanes of a quarter-warp
-// write one core matrix (128 contiguous bytes) and read 64 contiguous bytes of each of 8 rows.
-template <int ROWS>
-__device__ __forceinline__ void load_rows(uint32_t dst, const __nv_bfloat16* src_row, int bytes) {
-  const int tid = threadIdx.x, row = load_row<ROWS>(tid);
+// ROWS (32 or 64) token rows into the swizzled layout at `dst` with cp.async: thread tid copies
+// 9 chunks of each of its rows; a quarter-warp reads 128 contiguous bytes of one row and writes
+// one 128-byte shared row. src(i) = row i's first element; bytes 16, or 0 to zero-fill.
+template <int ROWS, typename Src>
+__device__ __forceinline__ void load_rows(uint32_t dst, Src src) {
+  const int tid = threadIdx.x;
 #pragma unroll
-  for (int k = 0; k < load_copies<ROWS>(); ++k) {
-    const int chunk = load_chunk<ROWS>(tid, k);
-    cp_async16(dst + tile_offset(row, chunk), src_row + chunk * 8, bytes);
+  for (int i = 0; i < ROWS / 32; ++i) {
+    const int row = load_row(tid, i);
+    const __nv_bfloat16* p;
+    int bytes;
+    src(row, p, bytes);
+#pragma unroll
+    for (int c = 0; c < NB; ++c) {
+      const int chunk = load_chunk(tid, c);
+      cp_async16(dst + tile_offset(ROWS, row, chunk), p + chunk * 8, bytes);
+    }
   }
 }
 
@@ -131,11 +168,13 @@ __device__ __forceinline__ void verify_partial(
     const __nv_bfloat16* __restrict__ tree_kv, const uint8_t* __restrict__ tree_mask,
     float* __restrict__ o_part, float* __restrict__ lse_part, int R, int T, int H, int page_size,
     int max_pages, int n_prefix_splits, int prefix_tiles_per_split, int tree_tiles_per_split, int NS,
-    float scale_log2) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t sQ = smem_u32(smem);
+    float scale_log2, const void* pool_map, const void* tree_map) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t raw = smem_u32(smem);
+  const uint32_t sQ = (raw + 1023u) & ~1023u;  // the swizzle pattern is keyed to 1024-byte address bits
   const uint32_t sK = sQ + Q_B;
-  float* sS = reinterpret_cast<float*>(smem + Q_B + STAGES * TILE_B);
+  float* sS = reinterpret_cast<float*>(smem + (sQ - raw) + Q_B + STAGES * TILE_B);
+  const uint32_t bar0 = sQ + SMEM_DATA;  // STAGES mbarriers, 8 bytes each
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int half = warp >> 2;              // warpgroup
@@ -145,6 +184,8 @@ __device__ __forceinline__ void verify_partial(
   const int split = blockIdx.y, b = blockIdx.z;
 
   const tvc::SplitWork w = tvc::split_work<BN>(split, b, prefix_lens, n_prefix_splits, prefix_tiles_per_split, T, tree_tiles_per_split);
+  const void* map = w.is_tree ? tree_map : pool_map;  // null: this part is loaded with cp.async
+  const bool tma = map != nullptr;
 
   float o[128];
 #pragma unroll
@@ -153,30 +194,69 @@ __device__ __forceinline__ void verify_partial(
   float l_r[2] = {0.f, 0.f};
 
   if (w.n_tiles > 0) {
-    {
-      const int r = load_row<BM>(tid);
-      const int gr = row0 + r;
-      load_rows<BM>(sQ, q + ((size_t)b * R + min(gr, R - 1)) * D, gr < R ? 16 : 0);
+    if (tma && tid == 0) {
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) mbar_init(bar0 + 8 * s, 1);
+      mbar_fence_init();
     }
-    const int my_row = load_row<BN>(tid);
-    auto load_tile = [&](int tile, int stage) {
-      const int tok = (w.tile_begin + tile) * BN + my_row;
-      const bool ok = tok < w.kv_len;
-      const int tk = ok ? tok : 0;
-      const __nv_bfloat16* src;
-      if (!w.is_tree) {
-        const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
-        src = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
-      } else {
-        src = tree_kv + ((size_t)b * T + tk) * D;
-      }
-      load_rows<BN>(sK + stage * TILE_B, src, ok ? 16 : 0);
+    __syncthreads();
+    load_rows<BM>(sQ, [&](int r, const __nv_bfloat16*& p, int& bytes) {
+      const int gr = row0 + r;
+      p = q + ((size_t)b * R + min(gr, R - 1)) * D;
+      bytes = gr < R ? 16 : 0;
+    });
+    // TMA: the token coordinate of a tile's first row (tree: rows of all requests back to back;
+    // prefix: the pool as pages * page_size rows, a tile never straddles a page)
+    auto tma_coord = [&](int tile) -> int {
+      const int tok0 = (w.tile_begin + tile) * BN;
+      if (w.is_tree) return b * T + tok0;
+      if (tok0 >= w.kv_len) return 0;
+      return __ldg(page_table + (size_t)b * max_pages + tok0 / page_size) * page_size + tok0 % page_size;
     };
+    // tile -> stage: TMA from thread 0 (coord from tma_coord), else cp.async from every thread
+    auto load_tile = [&](int tile, int stage, int coord) {
+      const uint32_t dst = sK + stage * TILE_B;
+      if (tma) {
+        if (tid == 0) {
+          const uint32_t bar = bar0 + 8 * stage;
+          mbar_arrive_expect_tx(bar, TILE_B);
+#pragma unroll
+          for (int c = 0; c < NB; ++c) tma_load_3d(dst + c * BN * 128, map, c, coord, bar);
+        }
+        return;
+      }
+      load_rows<BN>(dst, [&](int r, const __nv_bfloat16*& p, int& bytes) {
+        const int tok = (w.tile_begin + tile) * BN + r;
+        const bool ok = tok < w.kv_len;
+        const int tk = ok ? tok : 0;
+        if (!w.is_tree) {
+          const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
+          p = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
+        } else {
+          p = tree_kv + ((size_t)b * T + tk) * D;
+        }
+        bytes = ok ? 16 : 0;
+      });
+    };
+    // TMA: wait for the tile's bytes, then zero its rows past the end of the keys (generic
+    // stores: the caller's fence_proxy_async orders them before wgmma reads the tile)
+    auto wait_tma_tile = [&](int tile) {
+      const uint32_t stage = tile % STAGES;
+      mbar_wait(bar0 + 8 * stage, (tile / STAGES) & 1);
+      const int valid = w.kv_len - (w.tile_begin + tile) * BN;
+      const int r = load_row(tid, 0);
+      if (r >= valid) {
+#pragma unroll
+        for (int c = 0; c < NB; ++c) st_shared_zero16(sK + stage * TILE_B + tile_offset(BN, r, load_chunk(tid, c)));
+      }
+    };
+    int coord_next = 0;  // TMA, thread 0: coordinate of the next tile to load (its page looked up a tile early)
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < w.n_tiles) load_tile(s, s);
+      if (s < w.n_tiles) load_tile(s, s, tma && tid == 0 ? tma_coord(s) : 0);
       cp_async_commit();
     }
+    if (tma && tid == 0) coord_next = tma_coord(STAGES - 1);
 
     // S of one tile: the two warpgroups' partial sums exchanged through shared memory, the
     // mask, the online softmax; leaves P packed as the bf16 A fragments of P V and the factor
@@ -198,7 +278,7 @@ __device__ __forceinline__ void verify_partial(
     // S = Q K^T over this warpgroup's 288 head dims (asynchronous: the caller commits and waits)
     auto issue_qk = [&](float (&s)[16], uint32_t kt) {
 #pragma unroll
-      for (int ks = 0; ks < KH_CH / 2; ++ks) wgmma_qk(s, qk_desc(sQ, half, ks), qk_desc(kt, half, ks), ks > 0);
+      for (int ks = 0; ks < KSTEPS / 2; ++ks) wgmma_qk(s, qk_desc(sQ, BM, half, ks), qk_desc(kt, BN, half, ks), ks > 0);
     };
     // O += P V over this warpgroup's 256 output columns (asynchronous)
     auto issue_pv = [&](const uint32_t (&a)[BN / 16][4], uint32_t kt) {
@@ -209,12 +289,14 @@ __device__ __forceinline__ void verify_partial(
 
     // Software pipeline (one CTA per SM, so the overlap has to come from inside the warpgroup):
     // while the tensor cores run Q K^T of tile j + 1 and then P V of tile j, the warps exchange
-    // and soft-max tile j + 1's scores. Tile t is cp.async group t; tile j + 2 is loaded into
-    // the stage tile j - 1 used, once every warp has finished P V of tile j - 1.
+    // and soft-max tile j + 1's scores. Tile t is cp.async group t (empty when TMA loads it) or
+    // the phase (t / 3) & 1 of mbarrier t % 3; tile j + 2 is loaded into the stage tile j - 1
+    // used, once every warp has finished P V of tile j - 1.
     float s[16];
     uint32_t a[BN / 16][4], a_next[BN / 16][4];  // P of tile j (read by the running P V) and of j + 1
     float alpha[2];
-    cp_async_wait<STAGES - 2>();  // Q and tile 0
+    cp_async_wait<STAGES - 2>();  // Q and (cp.async) tile 0
+    if (tma) wait_tma_tile(0);
     fence_proxy_async();
     __syncthreads();
 #pragma unroll
@@ -228,10 +310,12 @@ __device__ __forceinline__ void verify_partial(
     softmax_tile(s, 0, a, alpha);  // O is still zero: nothing to rescale
 
     for (int j = 0; j + 1 < w.n_tiles; ++j) {
-      cp_async_wait<0>();  // tile j + 1
+      cp_async_wait<0>();  // tile j + 1 (cp.async)
+      if (tma) wait_tma_tile(j + 1);
       fence_proxy_async();
       __syncthreads();     // tile j + 1 visible; every warp is past P V (j - 1) and the last exchange
-      if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES);
+      if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);
+      if (tma && tid == 0) coord_next = tma_coord(j + 3);
       cp_async_commit();
 #pragma unroll
       for (int i = 0; i < 16; ++i) fence_operand(s[i]);
@@ -277,12 +361,15 @@ __device__ __forceinline__ void verify_partial(
 }  // namespace tvw
 
 #ifndef TVW_LAYOUT_ONLY
+// pool_map / tree_map: device pointers to CUtensorMap (specdiag.tma) over the KV pool and the
+// tree latents, or null to load that part with cp.async.
 extern "C" __global__ void __launch_bounds__(tvw::NT, 1) tree_verify_partial_wgmma(
     const __nv_bfloat16* q, const __nv_bfloat16* kv_pool, const int* page_table, const int* prefix_lens,
     const __nv_bfloat16* tree_kv, const uint8_t* tree_mask, float* o_part, float* lse_part, int R, int T, int H,
     int page_size, int max_pages, int n_prefix_splits, int prefix_tiles_per_split, int tree_tiles_per_split, int NS,
-    float scale_log2) {
+    float scale_log2, const void* pool_map, const void* tree_map) {
   tvw::verify_partial(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, o_part, lse_part, R, T, H, page_size,
-                      max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split, NS, scale_log2);
+                      max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split, NS, scale_log2,
+                      pool_map, tree_map);
 }
 #endif  // TVW_LAYOUT_ONLY

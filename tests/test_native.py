@@ -223,6 +223,42 @@ def test_wheel_ships_the_cuda_sources(tmp_path):
     assert "specdiag/attention/native.py" in names
 
 
+def test_tma_maps_are_checked_before_the_driver_sees_them():
+    from specdiag import tma
+
+    m = tma.token_rows_map(1 << 20, rows=4096, row_bytes=1152, box_rows=BN)
+    assert m.dims == (64, 9, 4096) and m.strides == (128, 1152) and m.box == (64, 1, BN)
+    tma.check_tiled(m)  # the kernel's own map is valid
+    bad = {
+        "16-byte aligned": dict(address=(1 << 20) + 8),
+        "multiple of 16": dict(strides=(128, 1160)),
+        "1..256": dict(box=(64, 1, 300)),
+        "at most 128 bytes": dict(box=(128, 1, 32)),
+        "2 strides and 3 box": dict(strides=(128,)),
+        "outside 1..2\\^32": dict(dims=(64, 9, 0)),
+    }
+    for msg, change in bad.items():
+        with pytest.raises(ValueError, match=msg):
+            tma.check_tiled(tma.TiledMap(**{**m.__dict__, **change}))
+    with pytest.raises(ValueError, match="multiple of 128 bytes"):
+        tma.token_rows_map(1 << 20, rows=10, row_bytes=1000, box_rows=32)
+
+
+def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
+    """check_native fills every pool slot no prefix uses with NaN: the reference (which reads
+    only used slots) must not change, and the partial last pages and spare pages are hit."""
+    from specdiag.bench import poison_unused_slots
+
+    x, _ = make_verify_inputs([1000, 33, 0], nodes=5, heads=2, page_size=64, seed=3)
+    ref_o, ref_l = tree_verify_attention_ref(**x, scale=SCALE)
+    n = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
+    used = 1000 + 33
+    assert n == x["kv_pool"].shape[0] * 64 - used
+    assert int(torch.isnan(x["kv_pool"]).any(-1).sum()) == n
+    o, l = tree_verify_attention_ref(**x, scale=SCALE)
+    assert torch.equal(o, ref_o) and torch.equal(l, ref_l)
+
+
 # ---------------------------------------------------------------- GPU only
 
 
@@ -232,17 +268,21 @@ def _needs_sm90(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma"])
-def test_native_matches_float64_reference_on_gpu(impl):
+@pytest.mark.parametrize("impl, tma", [("mma", True), ("wgmma", True), ("wgmma", False)])
+def test_native_matches_float64_reference_on_gpu(impl, tma):
     from specdiag.bench import check_native
 
     _needs_sm90(impl)
-    results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl)
+    results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl, tma=tma)
     assert len(results) >= 11
     for r in results:
         assert r["all_written"], r
         assert r["rel_err_out"] < 1e-2, r
         assert r["rel_err_lse"] < 1e-3, r
+        assert r["poisoned_slots"] > 0, r  # every case has spare pages
+        # TMA loads the tree block always, the prefix where a 32-key tile stays in one page
+        want = (["prefix"] if r["page_size"] % BN == 0 else []) + ["tree"] if impl == "wgmma" and tma else []
+        assert r["tma_parts"] == want, r
 
 
 @pytest.mark.gpu

@@ -31,6 +31,7 @@ __all__ = [
     "machine_metadata",
     "measure_ceilings",
     "check_native",
+    "poison_unused_slots",
     "context_sweep",
     "SWEEP_CONTEXTS",
     "SWEEP_HEADS",
@@ -43,11 +44,17 @@ SWEEP_CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072, 185000)
 SWEEP_HEADS = (8, 64)
 SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
-# sweep implementation -> (native kernel or None, KV page size)
+# sweep implementation -> (native kernel or None, KV page size); "wgmma_cpasync" is the wgmma
+# kernel with TMA turned off (every tile by cp.async), to measure what TMA buys
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
-    "triton": (None, 1), "torch": (None, 1),
+    "native_wgmma_cpasync": ("wgmma_cpasync", 64), "triton": (None, 1), "torch": (None, 1),
 }
+
+
+def _native_options(kernel: str) -> dict:
+    """NativeTreeVerify keywords of a SWEEP_IMPLS kernel name."""
+    return {"impl": "wgmma", "tma": False} if kernel == "wgmma_cpasync" else {"impl": kernel}
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
 
 
@@ -138,10 +145,28 @@ def measure_ceilings(copy_bytes: int = 2 << 30, gemm: int = 8192) -> dict:
     }
 
 
-def check_native(cases=None, seed: int = 1234, impl: str = "mma") -> list[dict]:
-    """Native kernel vs float64 reference on fresh random inputs, outputs poisoned first.
+def poison_unused_slots(kv_pool: torch.Tensor, page_table: torch.Tensor, prefix_lens: torch.Tensor) -> int:
+    """Fill every pool slot that no request's prefix uses with NaN (in place); returns how many.
 
-    With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left out."""
+    A kernel that reads a whole tile past the end of a prefix (TMA does) must not let those
+    values reach the output: masked scores give P = 0, but 0 * NaN is NaN."""
+    ps = kv_pool.shape[1]
+    used = torch.zeros(kv_pool.shape[0] * ps, dtype=torch.bool)
+    pt, lens = page_table.cpu().long(), prefix_lens.cpu().long()
+    for i in range(pt.shape[0]):
+        tok = torch.arange(int(lens[i]))
+        used[pt[i, tok // ps] * ps + tok % ps] = True
+    unused = (~used).view(kv_pool.shape[0], ps).to(kv_pool.device)
+    kv_pool[unused] = float("nan")
+    return int(unused.sum())
+
+
+def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = True) -> list[dict]:
+    """Native kernel vs float64 reference on fresh random inputs, outputs and every unused pool
+    slot poisoned with NaN first (``poison_unused_slots``).
+
+    With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left
+    out; ``tma=False`` checks its cp.async-only path. Each result names the parts TMA loaded."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -167,7 +192,8 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma") -> list[dict]:
         if impl == "wgmma" and rg not in (None, 4):
             continue
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl)
+        poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl, tma=tma)
         op.out.fill_(float("nan"))
         op.lse.fill_(float("nan"))
         op.o_part.fill_(float("nan"))
@@ -179,7 +205,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma") -> list[dict]:
         results.append(
             dict(
                 impl=impl, prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
-                splits=op.plan.splits, all_written=written,
+                splits=op.plan.splits, tma_parts=list(op.tma_parts), poisoned_slots=poisoned, all_written=written,
                 rel_err_out=relative_error(out, ref_o), rel_err_lse=relative_error(lse, ref_l),
             )
         )
@@ -245,7 +271,7 @@ def context_sweep(contexts=SWEEP_CONTEXTS, heads=SWEEP_HEADS, trees=SWEEP_TREES,
                     t0 = time.time()
                     extra = {}
                     if kernel is not None:
-                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=kernel) for i in range(rot.n)]
+                        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, **_native_options(kernel)) for i in range(rot.n)]
                         calls = [op.run for op in ops]
                         extra = dict(rg=ops[0].plan.rg, splits=ops[0].plan.splits, ctas=ops[0].plan.m_tiles * ops[0].plan.splits)
                     elif impl == "triton":
@@ -294,7 +320,8 @@ _ABLATIONS = {
     "softmax": [("tvc::online_softmax<BN>(s, m_r, l_r, alpha);", "alpha[0] = alpha[1] = 1.f;"),
                 ("tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
     "exchange": [("tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);\n      __syncthreads();", "")],
-    "loads": [("if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES);", "")],
+    # the loop's tile loads, and its wait for a TMA tile that would now never arrive
+    "loads": [("if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);", ""), ("if (tma) wait_tma_tile(j + 1);", "")],
 }
 
 
@@ -366,12 +393,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
+    ap.add_argument("--no-tma", action="store_true", help="check: the wgmma kernel with every tile loaded by cp.async")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
     if a.mode == "check":
-        res = check_native(impl=a.impl)
+        res = check_native(impl=a.impl, tma=not a.no_tma)
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})

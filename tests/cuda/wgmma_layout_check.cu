@@ -3,15 +3,18 @@
 // Includes the kernel source itself (kernel entry left out) and checks, with the kernel's own
 // helpers, that
 //   1. the cp.async assignment copies every 16-byte chunk of a 32- or 64-row tile exactly once,
-//      each quarter-warp writing one 128-byte core matrix and reading 64 contiguous bytes of
-//      each of its 8 rows;
-//   2. every wgmma descriptor, decoded with the PTX ISA's canonical no-swizzle layouts
-//        K-major  ((8,m),(T,2k)):((1T,SBO),(1,LBO))
-//        MN-major ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))      (T = 8 bf16 per 16 bytes)
+//      each quarter-warp reading 128 contiguous bytes of one token row and writing one whole
+//      128-byte shared row (all 32 banks, no conflict), and that this is the same place a TMA
+//      box with 128-byte swizzle writes the chunk (swizzle applied to the absolute address:
+//      16-byte chunk bits 4-6 XOR 128-byte row bits 7-9, blocks 1024-byte aligned);
+//   2. every wgmma descriptor, decoded with the PTX ISA / CUTLASS canonical 128-byte-swizzle
+//      layouts (T = 8 bf16 per 16 bytes)
+//        K-major  Swizzle<3,4,3> o ((8,m),(T,2)):((8T,SBO),(1,T))
+//        MN-major Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))
 //      addresses exactly the element the math needs: Q[m][d] and K[n][d] for S = Q K^T over
 //      the warpgroup's head dims, and V[key][col] for O = P V over its output columns;
 //   3. the partial-S exchange of tree_verify_common.cuh is free of bank conflicts.
-// Exit status 0 when everything holds; the first mismatch is printed otherwise.
+// Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
 
@@ -23,14 +26,17 @@ using namespace tvw;
 static uint32_t start_of(uint64_t d) { return (uint32_t)(d & 0x3FFF) << 4; }
 static uint32_t lbo_of(uint64_t d) { return (uint32_t)((d >> 16) & 0x3FFF) << 4; }
 static uint32_t sbo_of(uint64_t d) { return (uint32_t)((d >> 32) & 0x3FFF) << 4; }
+static uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
 static uint32_t k_major(uint64_t d, int mn, int k) {
-  return start_of(d) + (mn % 8) * 16 + (mn / 8) * sbo_of(d) + (k % 8) * 2 + (k / 8) * lbo_of(d);
+  return swizzle128(start_of(d) + (mn % 8) * 128 + (mn / 8) * sbo_of(d) + k * 2);
 }
 static uint32_t mn_major(uint64_t d, int mn, int k) {
-  return start_of(d) + (mn % 8) * 2 + (mn / 8) * sbo_of(d) + (k % 8) * 16 + (k / 8) * lbo_of(d);
+  return swizzle128(start_of(d) + (mn % 64) * 2 + (mn / 64) * lbo_of(d) + (k % 8) * 128 + (k / 8) * sbo_of(d));
 }
-// where the loads put element (row, col) of a tile of 576-wide token rows
-static uint32_t element(uint32_t base, int row, int col) { return base + tile_offset(row, col / 8) + (col % 8) * 2; }
+// where the loads put element (row, col) of a tile of `rows` 576-wide token rows
+static uint32_t element(uint32_t base, int rows, int row, int col) { return base + tile_offset(rows, row, col / 8) + (col % 8) * 2; }
+// where a TMA box (64 dims x rows) with 128-byte swizzle into dst puts box element (row, dim)
+static uint32_t tma_box(uint32_t dst, int row, int dim) { return swizzle128(dst + row * 128 + dim * 2); }
 
 static int failures = 0;
 static void expect(bool ok, const char* what, int a, int b, int c, int d) {
@@ -38,30 +44,41 @@ static void expect(bool ok, const char* what, int a, int b, int c, int d) {
 }
 
 template <int ROWS>
-static void check_loads() {
-  std::vector<int> seen(ROWS * CH, 0);
+static void check_loads(uint32_t base) {
+  std::vector<int> seen(ROWS * CH, 0), at(ROWS * CH * 16 / 16, 0);
   for (int tid = 0; tid < NT; ++tid)
-    for (int k = 0; k < load_copies<ROWS>(); ++k) {
-      const int row = load_row<ROWS>(tid), chunk = load_chunk<ROWS>(tid, k);
-      expect(row >= 0 && row < ROWS && chunk >= 0 && chunk < CH, "load in range", ROWS, tid, k, chunk);
-      if (row >= 0 && row < ROWS && chunk >= 0 && chunk < CH) seen[row * CH + chunk] += 1;
-    }
-  for (int i = 0; i < ROWS * CH; ++i) expect(seen[i] == 1, "chunk copied exactly once", ROWS, i / CH, i % CH, seen[i]);
-  for (int warp = 0; warp < NT / 32; ++warp)
-    for (int k = 0; k < load_copies<ROWS>(); ++k)
-      for (int quarter = 0; quarter < 4; ++quarter) {
-        const int t0 = warp * 32 + quarter * 8;
-        const uint32_t first = tile_offset(load_row<ROWS>(t0), load_chunk<ROWS>(t0, k));
-        expect(first % 128 == 0, "quarter-warp writes an aligned core matrix", ROWS, warp, k, quarter);
-        for (int j = 0; j < 8; ++j) {
-          const int t = t0 + j;
-          expect(tile_offset(load_row<ROWS>(t), load_chunk<ROWS>(t, k)) == first + 16 * j, "core matrix contiguous", ROWS, warp, k, j);
-          // same row across the four quarters, four consecutive chunks: 64 contiguous global bytes
-          expect(load_row<ROWS>(t) == load_row<ROWS>(warp * 32 + j) &&
-                     load_chunk<ROWS>(t, k) == load_chunk<ROWS>(warp * 32 + j, k) + quarter,
-                 "row read in 64-byte runs", ROWS, warp, k, j);
-        }
+    for (int i = 0; i < ROWS / 32; ++i)
+      for (int c = 0; c < NB; ++c) {
+        const int row = load_row(tid, i), chunk = load_chunk(tid, c);
+        const bool in = row >= 0 && row < ROWS && chunk >= 0 && chunk < CH;
+        expect(in, "load in range", ROWS, tid, i, c);
+        if (!in) continue;
+        seen[row * CH + chunk] += 1;
+        const uint32_t off = tile_offset(ROWS, row, chunk);
+        expect(off % 16 == 0 && off < (uint32_t)(ROWS * CH * 16), "offset inside the tile", ROWS, row, chunk, off);
+        if (off < (uint32_t)(ROWS * CH * 16)) at[off / 16] += 1;
+        // the TMA box of column block chunk / 8 (at base + block * ROWS * 128) puts it here too
+        expect(base + off == tma_box(base + (chunk / 8) * ROWS * 128, row, (chunk % 8) * 8), "cp.async place == TMA place", ROWS, row, chunk, 0);
       }
+  for (int i = 0; i < ROWS * CH; ++i) expect(seen[i] == 1, "chunk copied exactly once", ROWS, i / CH, i % CH, seen[i]);
+  for (size_t i = 0; i < at.size(); ++i) expect(at[i] == 1, "shared slot written exactly once", ROWS, (int)i, at[i], 0);
+  for (int warp = 0; warp < NT / 32; ++warp)
+    for (int i = 0; i < ROWS / 32; ++i)
+      for (int c = 0; c < NB; ++c)
+        for (int quarter = 0; quarter < 4; ++quarter) {
+          const int t0 = warp * 32 + quarter * 8;
+          const int row = load_row(t0, i), chunk0 = load_chunk(t0, c);
+          expect(chunk0 % 8 == 0, "quarter-warp starts a 128-byte run", ROWS, warp, c, quarter);
+          bool bank[8] = {};
+          for (int j = 0; j < 8; ++j) {
+            const int t = t0 + j;
+            expect(load_row(t, i) == row && load_chunk(t, c) == chunk0 + j, "quarter-warp reads 128 contiguous bytes of one row", ROWS, warp, c, j);
+            const uint32_t off = tile_offset(ROWS, load_row(t, i), load_chunk(t, c));
+            expect(off / 128 == tile_offset(ROWS, row, chunk0) / 128, "quarter-warp writes one 128-byte shared row", ROWS, warp, c, j);
+            expect(!bank[(off / 16) % 8], "quarter-warp store bank-conflict free", ROWS, warp, c, j);
+            bank[(off / 16) % 8] = true;
+          }
+        }
 }
 
 // The partial-S exchange (tree_verify_common.cuh): each float2 store/load of a half-warp
@@ -85,29 +102,31 @@ static void check_exchange_banks() {
 }
 
 int main() {
+  const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // 1024-aligned, the last stage
   check_exchange_banks();
-  check_loads<BN>();
-  check_loads<BM>();
-  const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // non-zero, the last stage
+  check_loads<BN>(k_base);
+  check_loads<BM>(q_base);
   for (int half = 0; half < 2; ++half)
-    for (int ks = 0; ks < KH_CH / 2; ++ks) {
-      const uint64_t da = qk_desc(q_base, half, ks), db = qk_desc(k_base, half, ks);
+    for (int ks = 0; ks < KSTEPS / 2; ++ks) {
+      const uint64_t da = qk_desc(q_base, BM, half, ks), db = qk_desc(k_base, BN, half, ks);
+      expect((da >> 62) == 1 && (db >> 62) == 1, "QK descriptors use the 128-byte swizzle", half, ks, 0, 0);
       for (int k = 0; k < 16; ++k) {
         const int dim = half * (D / 2) + 16 * ks + k;
-        for (int m = 0; m < BM; ++m) expect(k_major(da, m, k) == element(q_base, m, dim), "QK A = Q[m][dim]", half, ks, m, k);
-        for (int n = 0; n < BN; ++n) expect(k_major(db, n, k) == element(k_base, n, dim), "QK B = K[n][dim]", half, ks, n, k);
+        for (int m = 0; m < BM; ++m) expect(k_major(da, m, k) == element(q_base, BM, m, dim), "QK A = Q[m][dim]", half, ks, m, k);
+        for (int n = 0; n < BN; ++n) expect(k_major(db, n, k) == element(k_base, BN, n, dim), "QK B = K[n][dim]", half, ks, n, k);
       }
     }
   for (int half = 0; half < 2; ++half)
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64_t db = pv_desc(k_base, half, kk);
+      expect(start_of(db) % 1024 == 0, "PV descriptor starts on a swizzle atom", half, kk, 0, 0);
       for (int k = 0; k < 16; ++k)
         for (int n = 0; n < VH; ++n)
-          expect(mn_major(db, n, k) == element(k_base, 16 * kk + k, half * VH + n), "PV B = V[key][col]", half, kk, n, k);
+          expect(mn_major(db, n, k) == element(k_base, BN, 16 * kk + k, half * VH + n), "PV B = V[key][col]", half, kk, n, k);
     }
   // the 14-bit descriptor fields hold the largest addresses and strides used
-  expect(start_of(make_desc(SMEM_BYTES - 16, GROUP_B, 128)) == (uint32_t)(SMEM_BYTES - 16), "start fits", SMEM_BYTES, 0, 0, 0);
-  expect(lbo_of(make_desc(0, GROUP_B, 128)) == (uint32_t)GROUP_B, "lbo fits", GROUP_B, 0, 0, 0);
+  expect(start_of(make_desc(SMEM_BYTES - 16, BN * 128, 1024)) == (uint32_t)(SMEM_BYTES - 16), "start fits", SMEM_BYTES, 0, 0, 0);
+  expect(lbo_of(make_desc(0, BN * 128, 1024)) == (uint32_t)(BN * 128), "lbo fits", BN * 128, 0, 0, 0);
   if (failures) {
     std::printf("%d failures\n", failures);
     return 1;

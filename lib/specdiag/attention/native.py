@@ -5,8 +5,9 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
 
 * ``impl="mma"``: ``kernels/tree_verify_mla.cu``, mma.sync m16n8k16 (sm_80 and up);
 * ``impl="wgmma"``: ``kernels/tree_verify_mla_wgmma.cu``, Hopper warpgroup MMA reading K/V
-  straight from shared memory (sm_90a only, 64 query rows per CTA); 1.1-1.24x faster than
-  ``mma`` at 32k context and beyond on the H200;
+  straight from shared memory (sm_90a only, 64 query rows per CTA). Contiguous key tiles (the
+  tree block; a prefix whose page size is a multiple of 32) arrive by TMA (``tma=True``, the
+  default; ``specdiag.tma`` encodes the tensor maps), the rest by cp.async;
 * ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
@@ -43,8 +44,9 @@ def resolve_impl(impl: str, device, rg: int | None = None) -> str:
 
 def smem_bytes(rg: int, impl: str = "mma") -> int:
     """Dynamic shared memory of one CTA (must match the .cu)."""
-    if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded core-matrix layout, + 2 partial S
-        return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * S_STRIDE * 4
+    if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded swizzled layout, + 2 partial S,
+        # + STAGES mbarriers (64 B), + 1024 B to align the base to the swizzle pattern
+        return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * S_STRIDE * 4 + 64 + 1024
     bm, nw = 16 * rg, 2 * rg
     return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * S_STRIDE * 4
 
@@ -134,10 +136,11 @@ class NativeTreeVerify:
     Same contract as ``tree_verify_attention_ref``: needs bf16 ``q``/``kv_pool``/``tree_kv`` of
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
     float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
-    ``impl`` picks the partial kernel (module docstring).
+    ``impl`` picks the partial kernel (module docstring); ``tma=False`` makes the wgmma kernel
+    load every tile with cp.async (for comparison).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto"):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
         import numpy as np
 
         from .. import kernels
@@ -193,11 +196,18 @@ class NativeTreeVerify:
         self._merge = mod.get_function("tree_verify_merge")
         ptr = lambda a: np.uintp(a.data_ptr())  # noqa: E731
         i32 = np.int32
+        self.tma_parts = ()
+        extra = ()
+        if impl == "wgmma":
+            pool_map, tree_map = _tma_maps(pool, tkv, b * t) if tma else (None, None)
+            self.tma_parts = tuple(n for n, m in (("prefix", pool_map), ("tree", tree_map)) if m is not None)
+            self._maps = (pool_map, tree_map)  # keep the device copies alive
+            extra = tuple(np.uintp(0) if m is None else ptr(m) for m in (pool_map, tree_map))
         self._partial_args = (
             ptr(q_), ptr(pool), ptr(pt), ptr(lens), ptr(tkv), ptr(mask), ptr(self.o_part), ptr(self.lse_part),
             i32(rows), i32(t), i32(h), i32(pool.shape[1]), i32(pt.shape[1]), i32(plan.n_prefix_splits),
             i32(plan.prefix_tiles_per_split), i32(plan.tree_tiles_per_split), i32(ns),
-            np.float32(scale * math.log2(math.e)),
+            np.float32(scale * math.log2(math.e)), *extra,
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
@@ -214,8 +224,26 @@ class NativeTreeVerify:
         return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto"):
+def _tma_maps(pool: torch.Tensor, tree_kv: torch.Tensor, tree_rows: int):
+    """Device copies of the TMA maps of the wgmma kernel (``specdiag.tma``): the pool as
+    pages * page_size token rows (only when a 32-key tile never straddles a page) and the tree
+    latents as B * T rows; None where that part must use cp.async."""
+    from .. import tma
+
+    row_bytes = MLA_HEAD_DIM * 2
+    maps = []
+    for t, rows, ok in ((pool, pool.shape[0] * pool.shape[1], pool.shape[1] % BN == 0), (tree_kv, tree_rows, True)):
+        ok = ok and rows < 2**31  # the kernel's token coordinates are int32
+        if not ok or rows == 0 or t.data_ptr() % 16:
+            maps.append(None)
+            continue
+        desc = tma.encode_tiled(tma.token_rows_map(t.data_ptr(), rows, row_bytes, BN))
+        maps.append(torch.frombuffer(bytearray(desc), dtype=torch.uint8).to(t.device))
+    return tuple(maps)
+
+
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
-    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl)
+    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma)
     out, lse = op.run()
     return out.clone(), lse.clone()
