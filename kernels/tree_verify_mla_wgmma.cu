@@ -21,11 +21,6 @@
 //     row and writing them to one 128-byte shared row (conflict-free). Q always uses cp.async.
 //     Rows of a TMA tile past the end of the keys are zeroed in shared memory before use (the
 //     pool's unused slots may hold anything; P = 0 there, but 0 * NaN is NaN).
-//   * tree_verify_partial_wgmma_pair: the same CTA in clusters of 2 along the query tiles. Both
-//     CTAs of a pair walk the same keys, so each issues the TMA copies of half the column blocks
-//     with .multicast::cluster into both CTAs' shared memory (and both mbarriers): a key tile
-//     leaves L2 once per pair. Before a stage is refilled, both CTAs must be done with it: a
-//     split cluster barrier (arrive once the stage is free, wait just before the refill).
 // Needs sm_90a (-gencode=arch=compute_90a,code=sm_90a).
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -119,26 +114,6 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int b
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(block), "r"(token), "r"(bar) : "memory");
 }
-// the same box into the same shared offset (and mbarrier) of every CTA of the cluster in `mask`
-__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const void* map, int block, int token, uint32_t bar, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(block), "r"(token), "r"(bar), "h"(mask) : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// split cluster barrier (every thread of both CTAs arrives, then waits; no-ops unless PAIR)
-template <bool PAIR>
-__device__ __forceinline__ void cluster_arrive() {
-  if (PAIR) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-}
-template <bool PAIR>
-__device__ __forceinline__ void cluster_wait() {
-  if (PAIR) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -187,7 +162,6 @@ __device__ __forceinline__ void load_rows(uint32_t dst, Src src) {
   }
 }
 
-template <bool PAIR>
 __device__ __forceinline__ void verify_partial(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv_pool,
     const int* __restrict__ page_table, const int* __restrict__ prefix_lens,
@@ -226,9 +200,6 @@ __device__ __forceinline__ void verify_partial(
       mbar_fence_init();
     }
     __syncthreads();
-    cluster_arrive<PAIR>();  // the partner's copies signal these mbarriers: both must be initialised
-    cluster_wait<PAIR>();
-    const uint32_t rank = PAIR ? cluster_rank() : 0;
     load_rows<BM>(sQ, [&](int r, const __nv_bfloat16*& p, int& bytes) {
       const int gr = row0 + r;
       p = q + ((size_t)b * R + min(gr, R - 1)) * D;
@@ -248,15 +219,9 @@ __device__ __forceinline__ void verify_partial(
       if (tma) {
         if (tid == 0) {
           const uint32_t bar = bar0 + 8 * stage;
-          mbar_arrive_expect_tx(bar, TILE_B);  // the whole tile lands here, half of it from the partner
-          if (PAIR) {
+          mbar_arrive_expect_tx(bar, TILE_B);
 #pragma unroll
-            for (int c = 0; c < NB; ++c)
-              if ((uint32_t)(c & 1) == rank) tma_load_3d_multicast(dst + c * BN * 128, map, c, coord, bar, 0x3);
-          } else {
-#pragma unroll
-            for (int c = 0; c < NB; ++c) tma_load_3d(dst + c * BN * 128, map, c, coord, bar);
-          }
+          for (int c = 0; c < NB; ++c) tma_load_3d(dst + c * BN * 128, map, c, coord, bar);
         }
         return;
       }
@@ -349,7 +314,9 @@ __device__ __forceinline__ void verify_partial(
       if (tma) wait_tma_tile(j + 1);
       fence_proxy_async();
       __syncthreads();     // tile j + 1 visible; every warp is past P V (j - 1) and the last exchange
-      cluster_arrive<PAIR>();  // this CTA is done with the stage tile j + 2 refills
+      if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);
+      if (tma && tid == 0) coord_next = tma_coord(j + 3);
+      cp_async_commit();
 #pragma unroll
       for (int i = 0; i < 16; ++i) fence_operand(s[i]);
 #pragma unroll
@@ -359,10 +326,6 @@ __device__ __forceinline__ void verify_partial(
       wgmma_commit();
       issue_pv(a, stage(j));
       wgmma_commit();
-      cluster_wait<PAIR>();    // ... and so is the partner, whose copies write here too
-      if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);
-      if (tma && tid == 0) coord_next = tma_coord(j + 3);
-      cp_async_commit();
       wgmma_wait<1>();  // Q K^T (j + 1) done, P V (j) may still run
 #pragma unroll
       for (int i = 0; i < 16; ++i) fence_operand(s[i]);
@@ -388,8 +351,6 @@ __device__ __forceinline__ void verify_partial(
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 128; ++i) fence_operand(o[i]);
-    cluster_arrive<PAIR>();  // leave only once the partner no longer writes into this CTA
-    cluster_wait<PAIR>();
   }
   cp_async_wait<0>();
 
@@ -402,17 +363,13 @@ __device__ __forceinline__ void verify_partial(
 #ifndef TVW_LAYOUT_ONLY
 // pool_map / tree_map: device pointers to CUtensorMap (specdiag.tma) over the KV pool and the
 // tree latents, or null to load that part with cp.async.
-#define TVW_ENTRY(NAME, PAIR, ATTR)                                                                                  \
-  extern "C" __global__ void ATTR __launch_bounds__(tvw::NT, 1) NAME(                                             \
-      const __nv_bfloat16* q, const __nv_bfloat16* kv_pool, const int* page_table, const int* prefix_lens,       \
-      const __nv_bfloat16* tree_kv, const uint8_t* tree_mask, float* o_part, float* lse_part, int R, int T, int H, \
-      int page_size, int max_pages, int n_prefix_splits, int prefix_tiles_per_split, int tree_tiles_per_split,      \
-      int NS, float scale_log2, const void* pool_map, const void* tree_map) {                                     \
-    tvw::verify_partial<PAIR>(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, o_part, lse_part, R, T, H,  \
-                              page_size, max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split,  \
-                              NS, scale_log2, pool_map, tree_map);                                                  \
-  }
-TVW_ENTRY(tree_verify_partial_wgmma, false, )
-// grid.x (query tiles) even; both maps set (every tile by TMA)
-TVW_ENTRY(tree_verify_partial_wgmma_pair, true, __cluster_dims__(2, 1, 1))
+extern "C" __global__ void __launch_bounds__(tvw::NT, 1) tree_verify_partial_wgmma(
+    const __nv_bfloat16* q, const __nv_bfloat16* kv_pool, const int* page_table, const int* prefix_lens,
+    const __nv_bfloat16* tree_kv, const uint8_t* tree_mask, float* o_part, float* lse_part, int R, int T, int H,
+    int page_size, int max_pages, int n_prefix_splits, int prefix_tiles_per_split, int tree_tiles_per_split, int NS,
+    float scale_log2, const void* pool_map, const void* tree_map) {
+  tvw::verify_partial(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, o_part, lse_part, R, T, H, page_size,
+                      max_pages, n_prefix_splits, prefix_tiles_per_split, tree_tiles_per_split, NS, scale_log2,
+                      pool_map, tree_map);
+}
 #endif  // TVW_LAYOUT_ONLY

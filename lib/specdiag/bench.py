@@ -45,18 +45,16 @@ SWEEP_HEADS = (8, 64)
 SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
 # sweep implementation -> (native kernel or None, KV page size); "wgmma_cpasync" is the wgmma
-# kernel with TMA turned off (every tile by cp.async), "wgmma_nopair" with TMA but without the
-# paired (cluster multicast) entry point: what each buys
+# kernel with TMA turned off (every tile by cp.async), to measure what TMA buys
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
-    "native_wgmma_cpasync": ("wgmma_cpasync", 64), "native_wgmma_nopair": ("wgmma_nopair", 64),
-    "triton": (None, 1), "torch": (None, 1),
+    "native_wgmma_cpasync": ("wgmma_cpasync", 64), "triton": (None, 1), "torch": (None, 1),
 }
 
 
 def _native_options(kernel: str) -> dict:
     """NativeTreeVerify keywords of a SWEEP_IMPLS kernel name."""
-    return {"wgmma_cpasync": {"impl": "wgmma", "tma": False}, "wgmma_nopair": {"impl": "wgmma", "pair": False}}.get(kernel, {"impl": kernel})
+    return {"impl": "wgmma", "tma": False} if kernel == "wgmma_cpasync" else {"impl": kernel}
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
 
 
@@ -163,13 +161,12 @@ def poison_unused_slots(kv_pool: torch.Tensor, page_table: torch.Tensor, prefix_
     return int(unused.sum())
 
 
-def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = True, pair: bool = True) -> list[dict]:
+def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = True) -> list[dict]:
     """Native kernel vs float64 reference on fresh random inputs, outputs and every unused pool
     slot poisoned with NaN first (``poison_unused_slots``).
 
     With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left
-    out; ``tma=False`` checks its cp.async-only path, ``pair=False`` its unpaired TMA path. Each
-    result names the parts TMA loaded and whether the paired entry point ran."""
+    out; ``tma=False`` checks its cp.async-only path. Each result names the parts TMA loaded."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -196,7 +193,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Tr
             continue
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
         poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl, tma=tma, pair=pair)
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl, tma=tma)
         op.out.fill_(float("nan"))
         op.lse.fill_(float("nan"))
         op.o_part.fill_(float("nan"))
@@ -208,7 +205,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Tr
         results.append(
             dict(
                 impl=impl, prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
-                splits=op.plan.splits, tma_parts=list(op.tma_parts), pair=op.pair, poisoned_slots=poisoned, all_written=written,
+                splits=op.plan.splits, tma_parts=list(op.tma_parts), poisoned_slots=poisoned, all_written=written,
                 rel_err_out=relative_error(out, ref_o), rel_err_lse=relative_error(lse, ref_l),
             )
         )
@@ -348,9 +345,8 @@ def ablation_variants() -> dict[str, str]:
     return out
 
 
-def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = True, progress=print) -> list[dict]:
-    """Time every ``ablation_variants`` source on the same launches (sm_90 only); ``tma=False``
-    takes the cp.async load path apart instead of the TMA one."""
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, progress=print) -> list[dict]:
+    """Time every ``ablation_variants`` source on the same launches (sm_90 only)."""
     from pycuda.compiler import SourceModule
 
     from . import kernels
@@ -359,21 +355,20 @@ def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: f
     if torch.cuda.get_device_capability() != (9, 0):
         raise RuntimeError("the ablation runs the wgmma kernel: it needs an sm_90 GPU")
     kernels.load_module("tree_verify_mla")  # joins torch's context before pycuda compiles
-    mods = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]) for name, src in ablation_variants().items()}
+    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function("tree_verify_partial_wgmma") for name, src in ablation_variants().items()}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx, h, t in shapes:
         rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma", tma=tma) for i in range(rot.n)]
+        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma") for i in range(rot.n)]
         full = None
-        for name, mod in mods.items():
-            f = mod.get_function(ops[0].kernel_name)  # the entry point the op chose (paired or not)
+        for name, f in funcs.items():
             for op in ops:
                 op._partial = f
             ms = _time_rotating([op.run for op in ops], rep_ms)
             full = full or ms
-            rows.append(dict(context=ctx, heads=h, nodes=t, tma=tma, kernel=ops[0].kernel_name, variant=name, ms=ms, vs_full=ms / full))
-            progress(f"ctx={ctx} H={h} T={t} tma={tma} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
+            rows.append(dict(context=ctx, heads=h, nodes=t, variant=name, ms=ms, vs_full=ms / full))
+            progress(f"ctx={ctx} H={h} T={t} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
         del ops, rot
         torch.cuda.empty_cache()
     return rows
@@ -398,14 +393,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
-    ap.add_argument("--no-tma", action="store_true", help="check, ablate: the wgmma kernel with every tile loaded by cp.async")
-    ap.add_argument("--no-pair", action="store_true", help="check: the wgmma kernel's TMA path without cluster pairs")
+    ap.add_argument("--no-tma", action="store_true", help="check: the wgmma kernel with every tile loaded by cp.async")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
     if a.mode == "check":
-        res = check_native(impl=a.impl, tma=not a.no_tma, pair=not a.no_pair)
+        res = check_native(impl=a.impl, tma=not a.no_tma)
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})
@@ -416,7 +410,7 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate(tma=not a.no_tma)})
+        save(a.out, "native_ablation", {"rows": ablate()})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)

@@ -137,11 +137,10 @@ class NativeTreeVerify:
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
     float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
     ``impl`` picks the partial kernel (module docstring); ``tma=False`` makes the wgmma kernel
-    load every tile with cp.async, ``pair=False`` keeps it off the paired (cluster multicast)
-    entry point it takes when every tile arrives by TMA and there are >= 2 query tiles.
+    load every tile with cp.async (for comparison).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True, pair=True):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
         import numpy as np
 
         from .. import kernels
@@ -180,13 +179,8 @@ class NativeTreeVerify:
             x.tree_mask.to(device=dev, dtype=torch.uint8).contiguous(),
         )
         q_, pool, pt, lens, tkv, mask = self._keep
-        maps = _tma_maps(pool, tkv, b * t) if impl == "wgmma" and tma else (None, None)
-        self.tma_parts = tuple(n for n, m in (("prefix", maps[0]), ("tree", maps[1])) if m is not None)
-        # pairs of query tiles share their key tiles (cluster multicast): grid.x padded to even
-        self.pair = pair and len(self.tma_parts) == 2 and math.ceil(rows / 64) >= 2
-        plan_rows = 128 * math.ceil(rows / 128) if self.pair else rows
         num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        self.plan = plan = plan_launch(plan_rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits)
+        self.plan = plan = plan_launch(rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits)
         ns = plan.splits
         self.o_part = torch.empty(b, ns, rows, MLA_V_DIM, device=dev, dtype=torch.float32)
         self.lse_part = torch.empty(b, ns, rows, device=dev, dtype=torch.float32)
@@ -196,18 +190,19 @@ class NativeTreeVerify:
         with torch.cuda.device(dev):
             mod = kernels.load_module("tree_verify_mla", dev.index)
             if impl == "wgmma":
-                self.kernel_name = "tree_verify_partial_wgmma" + ("_pair" if self.pair else "")
-                self._partial = kernels.load_module("tree_verify_mla_wgmma", dev.index).get_function(self.kernel_name)
+                self._partial = kernels.load_module("tree_verify_mla_wgmma", dev.index).get_function("tree_verify_partial_wgmma")
             else:
-                self.kernel_name = f"tree_verify_partial_rg{plan.rg}"
-                self._partial = mod.get_function(self.kernel_name)
+                self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
         ptr = lambda a: np.uintp(a.data_ptr())  # noqa: E731
         i32 = np.int32
+        self.tma_parts = ()
         extra = ()
         if impl == "wgmma":
-            self._maps = maps  # keep the device copies alive
-            extra = tuple(np.uintp(0) if m is None else ptr(m) for m in maps)
+            pool_map, tree_map = _tma_maps(pool, tkv, b * t) if tma else (None, None)
+            self.tma_parts = tuple(n for n, m in (("prefix", pool_map), ("tree", tree_map)) if m is not None)
+            self._maps = (pool_map, tree_map)  # keep the device copies alive
+            extra = tuple(np.uintp(0) if m is None else ptr(m) for m in (pool_map, tree_map))
         self._partial_args = (
             ptr(q_), ptr(pool), ptr(pt), ptr(lens), ptr(tkv), ptr(mask), ptr(self.o_part), ptr(self.lse_part),
             i32(rows), i32(t), i32(h), i32(pool.shape[1]), i32(pt.shape[1]), i32(plan.n_prefix_splits),
@@ -247,8 +242,8 @@ def _tma_maps(pool: torch.Tensor, tree_kv: torch.Tensor, tree_rows: int):
     return tuple(maps)
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True, pair=True):
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
-    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma, pair=pair)
+    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma)
     out, lse = op.run()
     return out.clone(), lse.clone()
