@@ -345,8 +345,9 @@ def ablation_variants() -> dict[str, str]:
     return out
 
 
-def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, progress=print) -> list[dict]:
-    """Time every ``ablation_variants`` source on the same launches (sm_90 only)."""
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = True, progress=print) -> list[dict]:
+    """Time every ``ablation_variants`` source on the same launches (sm_90 only); ``tma=False``
+    takes the cp.async load path apart instead of the TMA one."""
     from pycuda.compiler import SourceModule
 
     from . import kernels
@@ -360,15 +361,15 @@ def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: f
     rows = []
     for ctx, h, t in shapes:
         rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma") for i in range(rot.n)]
+        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma", tma=tma) for i in range(rot.n)]
         full = None
         for name, f in funcs.items():
             for op in ops:
                 op._partial = f
             ms = _time_rotating([op.run for op in ops], rep_ms)
             full = full or ms
-            rows.append(dict(context=ctx, heads=h, nodes=t, variant=name, ms=ms, vs_full=ms / full))
-            progress(f"ctx={ctx} H={h} T={t} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
+            rows.append(dict(context=ctx, heads=h, nodes=t, tma=tma, variant=name, ms=ms, vs_full=ms / full))
+            progress(f"ctx={ctx} H={h} T={t} tma={tma} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
         del ops, rot
         torch.cuda.empty_cache()
     return rows
@@ -393,7 +394,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
-    ap.add_argument("--no-tma", action="store_true", help="check: the wgmma kernel with every tile loaded by cp.async")
+    ap.add_argument("--no-tma", action="store_true", help="check, ablate: the wgmma kernel with every tile loaded by cp.async")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
@@ -410,7 +411,7 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate()})
+        save(a.out, "native_ablation", {"rows": ablate(tma=not a.no_tma)})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)
