@@ -14,11 +14,12 @@
 //   * O += P V: warpgroup h owns output columns [256h, 256h + 256): wgmma.m64n256k16 with
 //     A = P from registers (the S accumulator layout is the A-fragment layout) and B = V,
 //     the same shared-memory tile read MN-major (transposed): no second copy of V;
-//   * key tiles, 3 stages: where a tile is contiguous in memory (the tree block; a prefix whose
-//     page size is a multiple of 32) thread 0 issues 9 TMA copies (one per column block, a box
-//     of 64 dims x 32 tokens) that complete on the stage's mbarrier; otherwise (page size 1,
-//     16, ...) 16-byte cp.async, each quarter-warp reading 128 contiguous bytes of one token
-//     row and writing them to one 128-byte shared row (conflict-free). Q always uses cp.async.
+//   * key tiles, 3 stages, by 16-byte cp.async: each quarter-warp reads 128 contiguous bytes of
+//     one token row and writes them to one 128-byte shared row (conflict-free); any page size.
+//     Optionally (the host passes tensor maps: specdiag's tma=True; 4-6% slower on the H200),
+//     where a tile is contiguous in memory (the tree block; a prefix whose page size is a
+//     multiple of 32) thread 0 issues 9 TMA copies instead (one per column block, a box of 64
+//     dims x 32 tokens) that complete on the stage's mbarrier. Q always uses cp.async.
 //     Rows of a TMA tile past the end of the keys are zeroed in shared memory before use (the
 //     pool's unused slots may hold anything; P = 0 there, but 0 * NaN is NaN).
 // Needs sm_90a (-gencode=arch=compute_90a,code=sm_90a).

@@ -44,17 +44,17 @@ SWEEP_CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072, 185000)
 SWEEP_HEADS = (8, 64)
 SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
-# sweep implementation -> (native kernel or None, KV page size); "wgmma_cpasync" is the wgmma
-# kernel with TMA turned off (every tile by cp.async), to measure what TMA buys
+# sweep implementation -> (native kernel or None, KV page size); "wgmma_tma" is the wgmma
+# kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
-    "native_wgmma_cpasync": ("wgmma_cpasync", 64), "triton": (None, 1), "torch": (None, 1),
+    "native_wgmma_tma": ("wgmma_tma", 64), "triton": (None, 1), "torch": (None, 1),
 }
 
 
 def _native_options(kernel: str) -> dict:
     """NativeTreeVerify keywords of a SWEEP_IMPLS kernel name."""
-    return {"impl": "wgmma", "tma": False} if kernel == "wgmma_cpasync" else {"impl": kernel}
+    return {"impl": "wgmma", "tma": True} if kernel == "wgmma_tma" else {"impl": kernel}
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
 
 
@@ -161,12 +161,12 @@ def poison_unused_slots(kv_pool: torch.Tensor, page_table: torch.Tensor, prefix_
     return int(unused.sum())
 
 
-def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = True) -> list[dict]:
+def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = False) -> list[dict]:
     """Native kernel vs float64 reference on fresh random inputs, outputs and every unused pool
     slot poisoned with NaN first (``poison_unused_slots``).
 
     With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left
-    out; ``tma=False`` checks its cp.async-only path. Each result names the parts TMA loaded."""
+    out; ``tma=True`` checks its TMA load path. Each result names the parts TMA loaded."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -345,9 +345,9 @@ def ablation_variants() -> dict[str, str]:
     return out
 
 
-def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = True, progress=print) -> list[dict]:
-    """Time every ``ablation_variants`` source on the same launches (sm_90 only); ``tma=False``
-    takes the cp.async load path apart instead of the TMA one."""
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, progress=print) -> list[dict]:
+    """Time every ``ablation_variants`` source on the same launches (sm_90 only); ``tma=True``
+    takes the TMA load path apart instead of the default cp.async one."""
     from pycuda.compiler import SourceModule
 
     from . import kernels
@@ -394,13 +394,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
-    ap.add_argument("--no-tma", action="store_true", help="check, ablate: the wgmma kernel with every tile loaded by cp.async")
+    ap.add_argument("--tma", action="store_true", help="check, ablate: the wgmma kernel with contiguous tiles loaded by TMA")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
     if a.mode == "check":
-        res = check_native(impl=a.impl, tma=not a.no_tma)
+        res = check_native(impl=a.impl, tma=a.tma)
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})
@@ -411,7 +411,7 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate(tma=not a.no_tma)})
+        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma)})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)

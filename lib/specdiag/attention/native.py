@@ -5,9 +5,10 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
 
 * ``impl="mma"``: ``kernels/tree_verify_mla.cu``, mma.sync m16n8k16 (sm_80 and up);
 * ``impl="wgmma"``: ``kernels/tree_verify_mla_wgmma.cu``, Hopper warpgroup MMA reading K/V
-  straight from shared memory (sm_90a only, 64 query rows per CTA). Contiguous key tiles (the
-  tree block; a prefix whose page size is a multiple of 32) arrive by TMA (``tma=True``, the
-  default; ``specdiag.tma`` encodes the tensor maps), the rest by cp.async;
+  straight from shared memory (sm_90a only, 64 query rows per CTA), tiles in a 128-byte
+  swizzled layout loaded by cp.async. ``tma=True`` loads the contiguous key tiles (the tree
+  block; a prefix whose page size is a multiple of 32) by TMA instead (``specdiag.tma`` encodes
+  the tensor maps): 4-6% slower on the H200, so not the default;
 * ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
@@ -136,11 +137,11 @@ class NativeTreeVerify:
     Same contract as ``tree_verify_attention_ref``: needs bf16 ``q``/``kv_pool``/``tree_kv`` of
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
     float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
-    ``impl`` picks the partial kernel (module docstring); ``tma=False`` makes the wgmma kernel
-    load every tile with cp.async (for comparison).
+    ``impl`` picks the partial kernel (module docstring); ``tma=True`` makes the wgmma kernel
+    load contiguous tiles by TMA (for comparison).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False):
         import numpy as np
 
         from .. import kernels
@@ -242,7 +243,7 @@ def _tma_maps(pool: torch.Tensor, tree_kv: torch.Tensor, tree_rows: int):
     return tuple(maps)
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=True):
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
     op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma)
     out, lse = op.run()

@@ -23,7 +23,7 @@ WORKLOADS = ("baseline", "native", "gemm")
 KERNEL_REGEX = {"baseline": "_extend_fwd_kernel", "native": "tree_verify_partial", "gemm": "."}
 
 
-def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0, impl: str = "auto", tma: bool = True):
+def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0, impl: str = "auto", tma: bool = False):
     """Build inputs on the GPU and return a zero-argument callable that launches one step."""
     import torch
 
@@ -73,11 +73,11 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--nodes", type=int, default=9)
     ap.add_argument("--impl", default="auto", choices=["auto", "mma", "wgmma"], help="native: which kernel")
-    ap.add_argument("--no-tma", action="store_true", help="native, wgmma: load every tile with cp.async")
+    ap.add_argument("--tma", action="store_true", help="native, wgmma: load contiguous tiles by TMA")
     a = ap.parse_args(argv)
     import torch
 
-    fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl, tma=not a.no_tma)
+    fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl, tma=a.tma)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
