@@ -16,7 +16,7 @@
 //     the same shared-memory tile read MN-major (transposed): no second copy of V;
 //   * key tiles, 3 stages, by 16-byte cp.async: each quarter-warp reads 128 contiguous bytes of
 //     one token row and writes them to one 128-byte shared row (conflict-free); any page size.
-//     Optionally (the host passes tensor maps: specdiag's tma=True; 4-6% slower on the H200),
+//     Optionally (the host passes tensor maps: specdiag's tma=True; 0-7% slower on the H200),
 //     where a tile is contiguous in memory (the tree block; a prefix whose page size is a
 //     multiple of 32) thread 0 issues 9 TMA copies instead (one per column block, a box of 64
 //     dims x 32 tokens) that complete on the stage's mbarrier. Q always uses cp.async.

@@ -8,7 +8,8 @@ __all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "roofline_f
 
 _STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "native": ("tab:green", "native CUDA mma.sync, page_size=64"),
           "native_ps1": ("tab:olive", "native CUDA mma.sync, page_size=1"), "torch": ("tab:gray", "naive torch (gather + matmul)"),
-          "native_wgmma": ("tab:blue", "native CUDA wgmma, page_size=64"), "native_wgmma_ps1": ("tab:cyan", "native CUDA wgmma, page_size=1")}
+          "native_wgmma": ("tab:blue", "native CUDA wgmma, page_size=64"), "native_wgmma_ps1": ("tab:cyan", "native CUDA wgmma, page_size=1"),
+          "native_wgmma_tma": ("tab:purple", "native CUDA wgmma, TMA tile loads, page_size=64")}
 
 
 def _label(impl):

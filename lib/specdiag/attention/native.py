@@ -8,7 +8,7 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   straight from shared memory (sm_90a only, 64 query rows per CTA), tiles in a 128-byte
   swizzled layout loaded by cp.async. ``tma=True`` loads the contiguous key tiles (the tree
   block; a prefix whose page size is a multiple of 32) by TMA instead (``specdiag.tma`` encodes
-  the tensor maps): 4-6% slower on the H200, so not the default;
+  the tensor maps): 0-7% slower on the H200 (4% on average), so not the default;
 * ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
