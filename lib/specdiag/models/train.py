@@ -1,6 +1,10 @@
 """Train the target LM and the drafter (reproducible seed; a few minutes on an H200).
 
     python -m specdiag.models.train --out data/models --extend-length 16384
+    python -m specdiag.models.train --out data/models --extend-from data/models \
+        --extend-length 65536 --extend-steps 1000 --extend-batch 4 --extend-lr 3e-4
+
+(the shipped models: the second command continues the 16k target at 64k, drafter unchanged)
 
 The target is trained the way long-context models are: a short-context stage (``--length``)
 in which it learns prose and copying, then a long-context stage (``--extend-length``, fewer
@@ -28,7 +32,7 @@ import torch.nn.functional as F
 from .corpus import MarkovProse, add_repeats
 from .lm import Drafter, DrafterConfig, LMConfig, TargetLM
 
-__all__ = ["TrainSettings", "train", "load_models", "save_model"]
+__all__ = ["TrainSettings", "train", "extend_target", "previous_log", "training_stages", "load_models", "save_model"]
 
 
 class TrainSettings:
@@ -64,46 +68,86 @@ def _schedule(opt, step, total, lr):
         grp["lr"] = lr * f
 
 
+def _fit(log, name, model, steps, sample, lr, amp, vocab, progress):
+    """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into ``log``.
+    ``sample(step)`` gives (inputs, targets)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    log[f"{name}_loss"] = []
+    for step in range(steps):
+        _schedule(opt, step, steps, lr)
+        inputs, targets = sample(step)
+        with torch.autocast(**amp):
+            logits = model(inputs)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 50 == 0 or step == steps - 1:
+            log[f"{name}_loss"].append((step, loss.item()))
+            if step % 500 == 0:
+                progress(f"{name} step {step}: loss {loss.item():.3f}")
+
+
+class _Run:
+    """Device, seeded generator, prose source and short-row pool of one training run."""
+
+    def __init__(self, s: TrainSettings, device, progress):
+        self.s, self.progress = s, progress
+        self.dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        torch.manual_seed(s.seed)
+        self.g = torch.Generator(device=self.dev).manual_seed(s.seed)
+        self.prose = MarkovProse(s.vocab, seed=s.seed)
+        self.t0 = time.time()
+        self.pool = self.prose.sample_batch(s.pool, s.length, self.g, device=self.dev)  # prose sequences, sampled on the device
+        self.log = {"settings": s.to_dict(), "pool_seconds": time.time() - self.t0}
+        self.amp = dict(device_type="cuda", dtype=torch.bfloat16) if self.dev.type == "cuda" else dict(device_type="cpu", enabled=False)
+
+    def fit(self, name, model, steps, inputs_and_targets, rows=None, batch=None, lr=None, every_other=None):
+        """``every_other`` = (rows, batch): odd steps draw from those instead."""
+        rows = self.pool if rows is None else rows
+        batch, lr = batch or self.s.batch, lr or self.s.lr
+
+        def sample(step):
+            src_rows, src_batch = every_other if every_other is not None and step % 2 else (rows, batch)
+            return inputs_and_targets(_batch(src_rows, src_batch, self.s.vocab, self.g))
+
+        _fit(self.log, name, model, steps, sample, lr, self.amp, self.s.vocab, self.progress)
+
+    def extend(self, target):
+        """The long-context stage: long batches alternate with short ones (long-only training at
+        this size loses some short-context copying: one wrong token per period at 1k, which
+        derails greedy output); afterwards YaRN's reference is the extended length."""
+        s = self.s
+        long_rows = self.prose.sample_batch(s.extend_pool, s.extend_length, self.g, device=self.dev)
+        self.fit("target_extend", target, s.extend_steps, lambda x: (x[:, :-1], x[:, 1:]), rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(self.pool, s.batch))
+        target.cfg.train_len = s.extend_length
+
+    def save(self, out_dir, target, drafter) -> dict:
+        self.log["seconds"] = time.time() - self.t0
+        self.log["device"] = str(self.dev)
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        save_model(target, out / "target.pt")
+        save_model(drafter, out / "drafter.pt")
+        try:
+            from ..bench import machine_metadata
+
+            self.log["machine"] = machine_metadata()
+        except Exception:  # pragma: no cover
+            pass
+        (out / "train_log.json").write_text(json.dumps(self.log, indent=1))
+        return self.log
+
+
 def train(out_dir, settings: TrainSettings | None = None, device=None, progress=print) -> dict:
     s = settings or TrainSettings()
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    torch.manual_seed(s.seed)
-    g = torch.Generator(device=dev).manual_seed(s.seed)
-    prose = MarkovProse(s.vocab, seed=s.seed)
-    t0 = time.time()
-    pool = prose.sample_batch(s.pool, s.length, g, device=dev)  # prose sequences, sampled on the device
-    log = {"settings": s.to_dict(), "pool_seconds": time.time() - t0}
-    amp = dict(device_type="cuda", dtype=torch.bfloat16) if dev.type == "cuda" else dict(device_type="cpu", enabled=False)
-
-    def fit(name, model, steps, inputs_and_targets, rows=pool, batch=s.batch, lr=s.lr, every_other=None):
-        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log.
-        ``every_other`` = (rows, batch): odd steps draw from those instead."""
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-        log[f"{name}_loss"] = []
-        for step in range(steps):
-            _schedule(opt, step, steps, lr)
-            src_rows, src_batch = every_other if every_other is not None and step % 2 else (rows, batch)
-            inputs, targets = inputs_and_targets(_batch(src_rows, src_batch, s.vocab, g))
-            with torch.autocast(**amp):
-                logits = model(inputs)
-            loss = F.cross_entropy(logits.float().reshape(-1, s.vocab), targets.reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if step % 50 == 0 or step == steps - 1:
-                log[f"{name}_loss"].append((step, loss.item()))
-                if step % 500 == 0:
-                    progress(f"{name} step {step}: loss {loss.item():.3f}")
-
+    run = _Run(s, device, progress)
+    dev, g = run.dev, run.g
     target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
-    fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
+    run.fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
     if s.extend_length is not None:
-        long_rows = prose.sample_batch(s.extend_pool, s.extend_length, g, device=dev)
-        # long batches alternate with short ones: long-only training at this size loses some
-        # short-context copying (one wrong token per period at 1k, which derails greedy output)
-        fit("target_extend", target, s.extend_steps, lambda x: (x[:, :-1], x[:, 1:]), rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(pool, s.batch))
-        target.cfg.train_len = s.extend_length  # YaRN's reference is now the extended length
+        run.extend(target)
 
     drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.drafter_length)).to(dev)
     n = s.drafter_length
@@ -113,21 +157,47 @@ def train(out_dir, settings: TrainSettings | None = None, device=None, progress=
         x = x[:, off : off + n + 1]
         return x[:, :-1], x[:, 1:]
 
-    fit("drafter", drafter, s.drafter_steps, crop)
-    log["seconds"] = time.time() - t0
-    log["device"] = str(dev)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_model(target, out / "target.pt")
-    save_model(drafter, out / "drafter.pt")
-    try:
-        from ..bench import machine_metadata
+    run.fit("drafter", drafter, s.drafter_steps, crop)
+    return run.save(out_dir, target, drafter)
 
-        log["machine"] = machine_metadata()
-    except Exception:  # pragma: no cover
-        pass
-    (out / "train_log.json").write_text(json.dumps(log, indent=1))
-    return log
+
+def previous_log(models_dir):
+    """The ``train_log.json`` of a models folder (None if it has none): an extended model's log
+    carries the stages before it."""
+    p = Path(models_dir) / "train_log.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def training_stages(log: dict) -> list[dict]:
+    """The stages behind a models folder's ``train_log.json``, oldest first: for each trained
+    model ("target", "target_extend", "drafter"), its sequence length and final loss. Follows
+    ``extended_from`` back through folders that were extended."""
+    older = (log.get("extended_from") or {}).get("log")
+    stages = training_stages(older) if older else []
+    st = log["settings"]
+    lengths = {"target": st["length"], "target_extend": st.get("extend_length"), "drafter": st.get("drafter_length")}
+    for name in ("target", "target_extend", "drafter"):
+        if log.get(f"{name}_loss"):
+            stages.append({"model": name, "length": lengths[name], "steps": log[f"{name}_loss"][-1][0] + 1, "final_loss": log[f"{name}_loss"][-1][1]})
+    return stages
+
+
+def extend_target(models_dir, out_dir, settings: TrainSettings, device=None, progress=print) -> dict:
+    """One more long-context stage for an already trained target: load ``models_dir``, train the
+    target at ``settings.extend_length`` (long batches alternating with short ones, as in
+    ``train``), save it with the drafter copied unchanged to ``out_dir``. The drafter is not
+    retrained, so its accuracy cannot move with the random stream."""
+    s = settings
+    if s.extend_length is None:
+        raise ValueError("extend_target needs settings.extend_length")
+    run = _Run(s, device, progress)
+    target, drafter = load_models(models_dir, run.dev)
+    if s.extend_length <= target.cfg.train_len:
+        raise ValueError(f"extend_length {s.extend_length} must exceed the target's training length {target.cfg.train_len}")
+    run.log["extended_from"] = {"models": str(models_dir), "train_len": target.cfg.train_len, "log": previous_log(models_dir)}
+    target.train()
+    run.extend(target)
+    return run.save(out_dir, target.eval(), drafter)
 
 
 def save_model(model, path) -> None:
@@ -162,9 +232,14 @@ def main(argv=None) -> int:
     ap.add_argument("--extend-steps", type=int, default=2400, help="half of them on long sequences, half on short ones")
     ap.add_argument("--extend-batch", type=int, default=16)
     ap.add_argument("--extend-lr", type=float, default=5e-4)
+    ap.add_argument("--extend-from", default=None, help="trained models folder: only run another long-context stage for its target (--extend-length), drafter copied")
     a = ap.parse_args(argv)
     settings = TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length,
                              extend_length=a.extend_length, extend_steps=a.extend_steps, extend_batch=a.extend_batch, extend_lr=a.extend_lr)
+    if a.extend_from:
+        log = extend_target(a.extend_from, a.out, settings)
+        print(f"done in {log['seconds']:.0f} s: extended target loss {log['target_extend_loss'][-1][1]:.3f}")
+        return 0
     log = train(a.out, settings)
     print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
     return 0
