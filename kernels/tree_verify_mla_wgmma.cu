@@ -35,8 +35,9 @@ constexpr int D = 576;
 constexpr int DV = 512;
 constexpr int BN = 32;                 // keys per tile
 constexpr int BM = 64;                 // query rows per CTA
-constexpr int CH = D * 2 / 16;         // 16-byte chunks per token row (72; the layout check uses it)
+constexpr int CH = D * 2 / 16;         // 16-byte chunks per token row (72)
 constexpr int NB = D / 64;             // column blocks of 64 head dims = one 128-byte swizzle row (9)
+static_assert(NB * 8 == CH, "a column block is 8 chunks of 16 bytes");
 constexpr int TILE_B = NB * BN * 128;  // 36864
 constexpr int Q_B = NB * BM * 128;     // 73728
 constexpr int STAGES = 3;

@@ -189,6 +189,8 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="tcgen05")
     with pytest.raises(ValueError, match="64 query rows"):
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma", rg=2)
+    with pytest.raises(ValueError, match="tma=True needs the wgmma kernel"):
+        NativeTreeVerify(**x, scale=SCALE, impl="mma", tma=True)
 
 
 def test_auto_picks_wgmma_on_sm90_only(monkeypatch):

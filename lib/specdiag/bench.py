@@ -55,6 +55,8 @@ SWEEP_IMPLS = {
 def _native_options(kernel: str) -> dict:
     """NativeTreeVerify keywords of a SWEEP_IMPLS kernel name."""
     return {"impl": "wgmma", "tma": True} if kernel == "wgmma_tma" else {"impl": kernel}
+
+
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
 
 

@@ -148,6 +148,8 @@ class NativeTreeVerify:
 
         if impl != "auto" and impl not in IMPLS:
             raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
+        if tma and impl == "mma":
+            raise ValueError("tma=True needs the wgmma kernel (impl='wgmma' or 'auto' on sm_90); the mma kernel loads with cp.async only")
         if impl == "wgmma":
             if rg not in (None, 4):
                 raise ValueError(f"the wgmma kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
@@ -162,6 +164,8 @@ class NativeTreeVerify:
             raise ValueError(f"the native kernel is built for head dim {MLA_HEAD_DIM}, got {x.head_dim}")
         dev = x.q.device
         impl = resolve_impl(impl, dev, rg)
+        if tma and impl != "wgmma":
+            raise ValueError(f"tma=True needs the wgmma kernel; 'auto' picked {impl!r} on this GPU")
         if impl == "wgmma":
             rg = 4
         for name, t in (("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
