@@ -68,27 +68,6 @@ def _schedule(opt, step, total, lr):
         grp["lr"] = lr * f
 
 
-def _fit(log, name, model, steps, sample, lr, amp, vocab, progress):
-    """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into ``log``.
-    ``sample(step)`` gives (inputs, targets)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    log[f"{name}_loss"] = []
-    for step in range(steps):
-        _schedule(opt, step, steps, lr)
-        inputs, targets = sample(step)
-        with torch.autocast(**amp):
-            logits = model(inputs)
-        loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 50 == 0 or step == steps - 1:
-            log[f"{name}_loss"].append((step, loss.item()))
-            if step % 500 == 0:
-                progress(f"{name} step {step}: loss {loss.item():.3f}")
-
-
 class _Run:
     """Device, seeded generator, prose source and short-row pool of one training run."""
 
@@ -104,15 +83,27 @@ class _Run:
         self.amp = dict(device_type="cuda", dtype=torch.bfloat16) if self.dev.type == "cuda" else dict(device_type="cpu", enabled=False)
 
     def fit(self, name, model, steps, inputs_and_targets, rows=None, batch=None, lr=None, every_other=None):
-        """``every_other`` = (rows, batch): odd steps draw from those instead."""
+        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log.
+        ``every_other`` = (rows, batch): odd steps draw from those instead."""
         rows = self.pool if rows is None else rows
-        batch, lr = batch or self.s.batch, lr or self.s.lr
-
-        def sample(step):
+        batch, lr, vocab = batch or self.s.batch, lr or self.s.lr, self.s.vocab
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        self.log[f"{name}_loss"] = []
+        for step in range(steps):
+            _schedule(opt, step, steps, lr)
             src_rows, src_batch = every_other if every_other is not None and step % 2 else (rows, batch)
-            return inputs_and_targets(_batch(src_rows, src_batch, self.s.vocab, self.g))
-
-        _fit(self.log, name, model, steps, sample, lr, self.amp, self.s.vocab, self.progress)
+            inputs, targets = inputs_and_targets(_batch(src_rows, src_batch, vocab, self.g))
+            with torch.autocast(**self.amp):
+                logits = model(inputs)
+            loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step % 50 == 0 or step == steps - 1:
+                self.log[f"{name}_loss"].append((step, loss.item()))
+                if step % 500 == 0:
+                    self.progress(f"{name} step {step}: loss {loss.item():.3f}")
 
     def extend(self, target):
         """The long-context stage: long batches alternate with short ones (long-only training at
