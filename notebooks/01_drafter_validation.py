@@ -38,13 +38,14 @@
 # %% tags=["parameters"]
 smoke = False
 measure = "auto"  # "auto": run the sweep on a GPU if present, else recorded; "always"; "never"
-models_dir = "data/models"
+models_dir = None  # None: the shipped models, data/models (found wherever the notebook runs from)
 validation_file = "drafter_validation_h200.json"
 new_tokens = 64
 budget = 16
 
 # %%
 import json
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -54,8 +55,9 @@ from specdiag.models import specdec
 from specdiag.models.train import load_models, training_stages
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
+models_dir = data.data_dir() / "models" if models_dir is None else Path(models_dir)
 target, drafter = load_models(models_dir, dev)
-log = json.loads((data.data_dir() / "models" / "train_log.json").read_text())
+log = json.loads((models_dir / "train_log.json").read_text())
 stages = training_stages(log)
 print(f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.2f} M params, trained at "
       + ", then ".join(f"{st['length']:,} tokens ({st['steps']} steps, final loss {st['final_loss']:.3f})" for st in stages if st["model"] != "drafter")

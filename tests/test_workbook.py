@@ -18,6 +18,15 @@ def test_every_notebook_has_a_parameters_cell_with_smoke_and_measure():
         assert params.get("measure") == "auto", b.name
 
 
+def test_no_notebook_parameter_is_a_path_relative_to_the_repository():
+    """JupyterLab runs a notebook with its own folder (notebooks/) as the working directory,
+    the CLI with the repository root: a default such as "data/models" works in one and not the
+    other. Defaults name files inside data/ (resolved by specdiag.data) or None."""
+    for b in find_notebooks():
+        for name, value in notebook_parameters(b).items():
+            assert not (isinstance(value, str) and value.startswith(("data/", "./", "../", "notebooks/"))), (b.name, name, value)
+
+
 def test_parse_param():
     assert parse_param("True") is True
     assert parse_param("3") == 3
