@@ -57,6 +57,34 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
+// Whether key `tok` of this split's part is visible to global query row `grow`: inside the
+// part, and in the tree an ancestor of (or equal to) the row's node.
+__device__ __forceinline__ bool key_visible(int tok, const SplitWork& w, int grow, int R, int H, int T, int b,
+                                            const uint8_t* __restrict__ tree_mask) {
+  bool vis = tok < w.kv_len;
+  if (w.is_tree && vis) {
+    const int node = min(grow, R - 1) / H;
+    vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
+  }
+  return vis;
+}
+
+// s: this thread's share (BN / 2 values) of its warp's full S: s * scale_log2, or -inf where
+// the key is not visible (key_visible). grow0 = global query row of the warp's row 0.
+template <int BN>
+__device__ __forceinline__ void mask_scores(float (&s)[BN / 2], int g, int t4, int tile, const SplitWork& w, int grow0,
+                                            int R, int H, int T, int b, const uint8_t* __restrict__ tree_mask,
+                                            float scale_log2) {
+  const int tok0 = (w.tile_begin + tile) * BN;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, columns 2 t4 + e % 2
+      const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
+      s[4 * nt + e] = key_visible(tok, w, grow0 + g + (e >> 1) * 8, R, H, T, b, tree_mask) ? s[4 * nt + e] * scale_log2 : -INFINITY;
+    }
+}
+
 // s: this thread's share (BN / 2 values) of its warp's partial S over half the head dims;
 // other: the partner's partial S for the same 16 rows (store_partial_s layout).
 // Leaves s = (mine + other) * scale_log2, or -inf where the key is past the end or, in the
@@ -78,13 +106,7 @@ __device__ __forceinline__ void combine_and_mask(float (&s)[BN / 2], const float
       for (int c = 0; c < 2; ++c) {
         const int e = 2 * h + c;
         const float x = (s[4 * nt + e] + (c ? y.y : y.x)) * scale_log2;
-        const int tok = tok0 + col + c;
-        bool vis = tok < w.kv_len;
-        if (w.is_tree && vis) {
-          const int node = min(grow0 + rl, R - 1) / H;
-          vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
-        }
-        s[4 * nt + e] = vis ? x : -INFINITY;
+        s[4 * nt + e] = key_visible(tok0 + col + c, w, grow0 + rl, R, H, T, b, tree_mask) ? x : -INFINITY;
       }
     }
   }
@@ -134,13 +156,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Epilogue: O / l for rows grow0 + g and grow0 + g + 8 (columns col0 + 8 i + 2 t4, +1) into
-// o_part[b][split][row], and lse = (m + log2 l) ln 2 from the thread with write_lse.
-template <int NO>
-__device__ __forceinline__ void write_partial(const float (&o)[NO], const float (&m_r)[2], float (&l_r)[2],
-                                              float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
-                                              int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
-                                              int DV) {
+// The whole row sums of rows g and g + 8 from this thread's share (the quad holds a row).
+__device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = l_r[r];
@@ -148,6 +165,16 @@ __device__ __forceinline__ void write_partial(const float (&o)[NO], const float 
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     l_r[r] = l;
   }
+}
+
+// Epilogue with whole row sums l_r (quad_sum_rows): O / l for rows grow0 + g and grow0 + g + 8
+// (columns col0 + 8 i + 2 t4, +1) into o_part[b][split][row], and lse = (m + log2 l) ln 2 from
+// the thread with write_lse.
+template <int NO>
+__device__ __forceinline__ void write_partial_rows(const float (&o)[NO], const float (&m_r)[2], const float (&l_r)[2],
+                                                   float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
+                                                   int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
+                                                   int DV) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int grow = grow0 + g + r * 8;
@@ -161,6 +188,16 @@ __device__ __forceinline__ void write_partial(const float (&o)[NO], const float 
       lse_part[((size_t)b * NS + split) * R + grow] =
           l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
   }
+}
+
+// Epilogue from this thread's share of the row sums (the kernels whose threads all hold m and l).
+template <int NO>
+__device__ __forceinline__ void write_partial(const float (&o)[NO], const float (&m_r)[2], float (&l_r)[2],
+                                              float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
+                                              int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
+                                              int DV) {
+  quad_sum_rows(l_r);
+  write_partial_rows(o, m_r, l_r, o_part, lse_part, b, NS, split, R, grow0, g, t4, col0, write_lse, DV);
 }
 
 }  // namespace tvc

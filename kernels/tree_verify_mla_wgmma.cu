@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "tree_verify_common.cuh"
+#include "tree_verify_wgmma.cuh"
 
 namespace tvw {
 using tvc::pack_bf16;
@@ -50,50 +51,32 @@ constexpr int SMEM_BYTES = SMEM_DATA + 64 + 1024;  // 205888 = specdiag.attentio
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && (BN * 128) % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
-// ---- layout arithmetic, host-callable so tests/cuda/wgmma_layout_check.cu can check it on a CPU ----
-#define TVW_HD __host__ __device__ __forceinline__
-// byte offset of 16-byte chunk `chunk` (0..71) of row `row` in a swizzled tile of `rows` rows
-TVW_HD constexpr uint32_t tile_offset(int rows, int row, int chunk) {
-  return (uint32_t)((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-}
+// ---- layout arithmetic (tree_verify_wgmma.cuh), host-callable so tests/cuda/wgmma_layout_check.cu can check it on a CPU ----
+using tvg::tile_offset;
+using tvg::make_desc;
 // cp.async assignment: thread `tid` copies chunks 8 c + tid % 8 (c = 0..8) of rows tid / 8 + 32 i
-TVW_HD constexpr int load_row(int tid, int i) { return (tid >> 3) + 32 * i; }
-TVW_HD constexpr int load_chunk(int tid, int c) { return 8 * c + (tid & 7); }
-// Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63).
-// K-major operand: sbo = byte step between 8-row groups (lbo unused: 16).
-// MN-major operand: lbo = byte step between 64-element atoms along M/N, sbo = between 8-row groups along K.
-TVW_HD constexpr uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
-         ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
-}
-// Q.K^T k-step `ks` (head dims 288 half + 16 ks ..) of warpgroup `half` in a tile of `rows`
-// rows: the 32-byte step inside the column block's 128-byte rows
-TVW_HD constexpr uint32_t qk_offset(int rows, int half, int ks) {
-  return (uint32_t)(((half * (KSTEPS / 2) + ks) >> 2) * rows * 128 + ((half * (KSTEPS / 2) + ks) & 3) * 32);
-}
-TVW_HD constexpr uint64_t qk_desc(uint32_t tile_base, int rows, int half, int ks) {
-  return make_desc(tile_base + qk_offset(rows, half, ks), 16, 1024);
+TVG_HD constexpr int load_row(int tid, int i) { return tvg::load_row<NT>(tid, i); }
+using tvg::load_chunk;
+// Q.K^T k-step `ks` (head dims 288 half + 16 ks ..) of warpgroup `half` in a tile of `rows` rows
+TVG_HD constexpr uint64_t qk_desc(uint32_t tile_base, int rows, int half, int ks) {
+  return tvg::kstep_desc(tile_base, rows, half * (KSTEPS / 2) + ks);
 }
 // P.V k-step `kk` (keys 16kk..16kk+15) of warpgroup `half` (columns 256 half ..): V MN-major,
 // four 64-column blocks BN * 128 bytes apart
-TVW_HD constexpr uint64_t pv_desc(uint32_t tile_base, int half, int kk) {
-  return make_desc(tile_base + half * (VH / 64) * BN * 128 + 16 * kk * 128, BN * 128, 1024);
-}
+TVG_HD constexpr uint64_t pv_desc(uint32_t tile_base, int half, int kk) { return tvg::mn_desc(tile_base, BN, half * (VH / 64), kk); }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-// generic-proxy shared-memory writes (cp.async, st.shared) before wgmma reads them (async proxy)
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void st_shared_zero16(uint32_t dst) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0) : "memory");
-}
+using tvg::smem_u32;
+using tvg::cp_async16;
+using tvg::cp_async_commit;
+using tvg::cp_async_wait;
+using tvg::fence_proxy_async;
+using tvg::st_shared_zero16;
+using tvg::wgmma_fence;
+using tvg::wgmma_commit;
+using tvg::wgmma_wait;
+using tvg::fence_operand;
+using tvg::wgmma_qk;
+using tvg::wgmma_pv;
 
 // ---- mbarrier + TMA (cp.async.bulk.tensor), plain sm_90 ----
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -117,52 +100,9 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int b
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(block), "r"(token), "r"(bar) : "memory");
 }
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// keeps the compiler from moving accumulator reads/writes across the asynchronous MMA
-__device__ __forceinline__ void fence_operand(float& x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void fence_operand(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
-
-
-// S[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T, both K-major in shared memory.
-__device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// O[64 x 256] += P[64 x 16] (registers) * V[16 x 256] (shared memory, MN-major: transposed B).
-__device__ __forceinline__ void wgmma_pv(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
-}
-
-// ROWS (32 or 64) token rows into the swizzled layout at `dst` with cp.async: thread tid copies
-// 9 chunks of each of its rows; a quarter-warp reads 128 contiguous bytes of one row and writes
-// one 128-byte shared row. src(i) = row i's first element; bytes 16, or 0 to zero-fill.
+// ROWS (32 or 64) token rows into the swizzled layout at `dst` with cp.async by all NT threads
 template <int ROWS, typename Src>
-__device__ __forceinline__ void load_rows(uint32_t dst, Src src) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < ROWS / 32; ++i) {
-    const int row = load_row(tid, i);
-    const __nv_bfloat16* p;
-    int bytes;
-    src(row, p, bytes);
-#pragma unroll
-    for (int c = 0; c < NB; ++c) {
-      const int chunk = load_chunk(tid, c);
-      cp_async16(dst + tile_offset(ROWS, row, chunk), p + chunk * 8, bytes);
-    }
-  }
-}
+__device__ __forceinline__ void load_rows(uint32_t dst, Src src) { tvg::load_rows<ROWS, NT>(dst, threadIdx.x, src); }
 
 __device__ __forceinline__ void verify_partial(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv_pool,

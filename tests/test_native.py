@@ -29,9 +29,10 @@ def test_sources_are_shipped():
 
 
 def test_kernel_source_pastes_the_projects_own_headers(tmp_path, monkeypatch):
-    for name in ("tree_verify_mla", "tree_verify_mla_wgmma"):
+    for name in ("tree_verify_mla", "tree_verify_mla_wgmma", "tree_verify_mla_ws"):
         src = kernels.kernel_source(name)  # what pycuda compiles: no include path needed
         assert src.count("struct SplitWork") == 1 and '#include "tree_verify_common.cuh"' not in src
+        assert name == "tree_verify_mla" or (src.count("namespace tvg {") == 1 and '#include "tree_verify_wgmma.cuh"' not in src)
     (tmp_path / "h.cuh").write_text('#pragma once\n#include "g.cuh"\nint from_h;\n')
     (tmp_path / "g.cuh").write_text("int from_g;\n")
     (tmp_path / "k.cu").write_text('#include <stdint.h>\n#include "h.cuh"\n#include "g.cuh"\n#include "elsewhere.h"\nint k;\n')
@@ -73,9 +74,20 @@ def test_wgmma_kernel_sass_uses_warpgroup_mma():
     assert "LDL" not in sass and "STL" not in sass
 
 
+@pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
+def test_ws_kernel_sass_uses_warpgroup_mma_and_named_barriers():
+    sass = kernels.sass("tree_verify_mla_ws")
+    assert "HGMMA.64x32x16.F32.BF16" in sass  # S = Q K^T (warpgroup 0)
+    assert "HGMMA.64x256x16.F32.BF16" in sass  # O += P V (both; warpgroup 1 with P from shared memory)
+    assert "LDGSTS.E.BYPASS.128" in sass  # warpgroup 1's tile loads
+    assert "BAR.ARV" in sass and "BAR.SYNC" in sass  # the warpgroups' named barriers
+    assert "LDL" not in sass and "STL" not in sass
+
+
 def test_kernel_targets():
     assert kernels.kernel_arch("tree_verify_mla") == "sm_90"
     assert kernels.kernel_arch("tree_verify_mla_wgmma") == "sm_90a"
+    assert kernels.kernel_arch("tree_verify_mla_ws") == "sm_90a"
     assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]
     assert kernels.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
     with pytest.raises(ValueError, match="unknown target"):
@@ -101,13 +113,18 @@ def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     assert "all checks passed" in run.stdout
 
 
-def test_wgmma_smem_matches_the_source():
+@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws")])
+def test_wgmma_smem_matches_the_source(name, impl):
     import re
 
-    src = kernels.kernel_source("tree_verify_mla_wgmma")
-    assert f"// {smem_bytes(4, 'wgmma')} = specdiag.attention.native.smem_bytes(4, \"wgmma\")" in src
-    assert smem_bytes(4, "wgmma") <= 227 * 1024
+    from specdiag.attention.native import WS_STAGES
+
+    src = kernels.kernel_source(name)
+    assert f"// {smem_bytes(4, impl)} = specdiag.attention.native.smem_bytes(4, \"{impl}\")" in src
+    assert smem_bytes(4, impl) <= 227 * 1024
     assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(BN)
+    if impl == "wgmma_ws":
+        assert re.search(r"constexpr int STAGES = (\d+);", src).group(1) == str(WS_STAGES)
 
 
 def test_parse_ptxas_report():
@@ -191,6 +208,10 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma", rg=2)
     with pytest.raises(ValueError, match="tma=True needs the wgmma kernel"):
         NativeTreeVerify(**x, scale=SCALE, impl="mma", tma=True)
+    with pytest.raises(ValueError, match="the wgmma_ws kernel loads with cp.async only"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", tma=True)
+    with pytest.raises(ValueError, match="wgmma_ws kernel always takes 64 query rows"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", rg=1)
 
 
 def test_auto_picks_wgmma_on_sm90_only(monkeypatch):
@@ -221,6 +242,8 @@ def test_wheel_ships_the_cuda_sources(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "specdiag/_cu/tree_verify_mla.cu" in names
     assert "specdiag/_cu/tree_verify_mla_wgmma.cu" in names
+    assert "specdiag/_cu/tree_verify_mla_ws.cu" in names
+    assert "specdiag/_cu/tree_verify_wgmma.cuh" in names
     assert "specdiag/_cu/tree_verify_common.cuh" in names
     assert "specdiag/attention/native.py" in names
 
@@ -265,12 +288,12 @@ def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
 
 
 def _needs_sm90(impl):
-    if impl == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the wgmma kernel is built for sm_90a only")
+    if impl in ("wgmma", "wgmma_ws") and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the {impl} kernel is built for sm_90a only")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, tma", [("mma", False), ("wgmma", False), ("wgmma", True)])
+@pytest.mark.parametrize("impl, tma", [("mma", False), ("wgmma", False), ("wgmma", True), ("wgmma_ws", False)])
 def test_native_matches_float64_reference_on_gpu(impl, tma):
     from specdiag.bench import check_native
 
@@ -288,7 +311,7 @@ def test_native_matches_float64_reference_on_gpu(impl, tma):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "auto"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")
@@ -303,7 +326,7 @@ def test_native_runs_on_a_side_stream(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws"])
 def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     from specdiag.probes.workloads import make_workload
 
@@ -312,7 +335,7 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     run()
     torch.cuda.synchronize()
     op = run.__self__
-    p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl == "wgmma" else None)
+    p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl != "mma" else None)
     assert op.impl == impl and op.plan == p
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .attention.inputs import KV_BYTES_PER_TOKEN, MLA_HEAD_DIM, MLA_V_DIM, make_verify_inputs, relative_error
+from .attention.native import HOPPER_IMPLS, IMPLS
 
 __all__ = [
     "attention_cost",
@@ -45,10 +46,12 @@ SWEEP_HEADS = (8, 64)
 SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
 # sweep implementation -> (native kernel or None, KV page size); "wgmma_tma" is the wgmma
-# kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys
+# kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys;
+# "native_ws" the warp-specialised wgmma kernel
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
-    "native_wgmma_tma": ("wgmma_tma", 64), "triton": (None, 1), "torch": (None, 1),
+    "native_wgmma_tma": ("wgmma_tma", 64), "native_ws": ("wgmma_ws", 64), "native_ws_ps1": ("wgmma_ws", 1),
+    "triton": (None, 1), "torch": (None, 1),
 }
 
 
@@ -167,8 +170,8 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Fa
     """Native kernel vs float64 reference on fresh random inputs, outputs and every unused pool
     slot poisoned with NaN first (``poison_unused_slots``).
 
-    With ``impl="wgmma"`` (always 64 rows per CTA) the cases that pin ``rg`` to 1 or 2 are left
-    out; ``tma=True`` checks its TMA load path. Each result names the parts TMA loaded."""
+    With ``impl="wgmma"`` or ``"wgmma_ws"`` (always 64 rows per CTA) the cases that pin ``rg``
+    to 1 or 2 are left out; ``tma=True`` checks its TMA load path. Each result names the parts TMA loaded."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -191,7 +194,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Fa
         ]
     results = []
     for i, (lens, nodes, heads, ps, shape, rg) in enumerate(cases):
-        if impl == "wgmma" and rg not in (None, 4):
+        if impl in HOPPER_IMPLS and rg not in (None, 4):
             continue
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
         poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
@@ -395,7 +398,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
-    ap.add_argument("--impl", default="mma", choices=["mma", "wgmma"], help="check: which native kernel")
+    ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check: which native kernel")
     ap.add_argument("--tma", action="store_true", help="check, ablate: the wgmma kernel with contiguous tiles loaded by TMA")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():

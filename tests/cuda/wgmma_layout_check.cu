@@ -13,10 +13,16 @@
 //        MN-major Swizzle<3,4,3> o ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO))
 //      addresses exactly the element the math needs: Q[m][d] and K[n][d] for S = Q K^T over
 //      the warpgroup's head dims, and V[key][col] for O = P V over its output columns;
-//   3. the partial-S exchange of tree_verify_common.cuh is free of bank conflicts.
+//   3. the partial-S exchange of tree_verify_common.cuh is free of bank conflicts;
+//   4. for the warp-specialised kernel (tree_verify_mla_ws.cu): its tiles loaded by one
+//      warpgroup (128 threads) and Q by both, its Q K^T over all 576 dims, both P V halves, and
+//      P's trip through shared memory: where warpgroup 0 stores each P value from its
+//      accumulator layout is where warpgroup 1's K-major descriptor reads P[row][key], and
+//      those stores are free of bank conflicts.
 // Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
+#include "../../kernels/tree_verify_mla_ws.cu"
 
 #include <cstdio>
 #include <vector>
@@ -43,11 +49,13 @@ static void expect(bool ok, const char* what, int a, int b, int c, int d) {
   if (!ok && failures++ < 5) std::printf("FAIL %s (%d, %d, %d, %d)\n", what, a, b, c, d);
 }
 
-template <int ROWS>
+template <int ROWS, int THREADS = NT>
 static void check_loads(uint32_t base) {
   std::vector<int> seen(ROWS * CH, 0), at(ROWS * CH * 16 / 16, 0);
-  for (int tid = 0; tid < NT; ++tid)
-    for (int i = 0; i < ROWS / 32; ++i)
+  const auto load_row = [](int t, int i) { return tvg::load_row<THREADS>(t, i); };
+  constexpr int PASSES = ROWS / (THREADS / 8);
+  for (int tid = 0; tid < THREADS; ++tid)
+    for (int i = 0; i < PASSES; ++i)
       for (int c = 0; c < NB; ++c) {
         const int row = load_row(tid, i), chunk = load_chunk(tid, c);
         const bool in = row >= 0 && row < ROWS && chunk >= 0 && chunk < CH;
@@ -62,8 +70,8 @@ static void check_loads(uint32_t base) {
       }
   for (int i = 0; i < ROWS * CH; ++i) expect(seen[i] == 1, "chunk copied exactly once", ROWS, i / CH, i % CH, seen[i]);
   for (size_t i = 0; i < at.size(); ++i) expect(at[i] == 1, "shared slot written exactly once", ROWS, (int)i, at[i], 0);
-  for (int warp = 0; warp < NT / 32; ++warp)
-    for (int i = 0; i < ROWS / 32; ++i)
+  for (int warp = 0; warp < THREADS / 32; ++warp)
+    for (int i = 0; i < PASSES; ++i)
       for (int c = 0; c < NB; ++c)
         for (int quarter = 0; quarter < 4; ++quarter) {
           const int t0 = warp * 32 + quarter * 8;
@@ -101,11 +109,59 @@ static void check_exchange_banks() {
         }
 }
 
+
+// tree_verify_mla_ws.cu: Q K^T over all 36 k-steps by warpgroup 0, P V halves 0 and 1, and P.
+static void check_ws() {
+  namespace W = tvws;
+  const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + 3 * W::TILE_B, p_base = 1024 + W::Q_B + W::STAGES * W::TILE_B;
+  expect(p_base % 1024 == 0, "P starts on a swizzle atom", p_base, 0, 0, 0);
+  check_loads<W::BN, W::WG>(k_base);  // a key tile, by warpgroup 1 alone
+  check_loads<W::BM, W::NT>(q_base);  // Q, by both warpgroups
+  for (int ks = 0; ks < W::KSTEPS; ++ks) {
+    const uint64_t da = tvg::kstep_desc(q_base, W::BM, ks), db = tvg::kstep_desc(k_base, W::BN, ks);
+    for (int k = 0; k < 16; ++k) {
+      for (int m = 0; m < W::BM; ++m) expect(k_major(da, m, k) == element(q_base, W::BM, m, 16 * ks + k), "ws QK A = Q[m][dim]", ks, m, k, 0);
+      for (int n = 0; n < W::BN; ++n) expect(k_major(db, n, k) == element(k_base, W::BN, n, 16 * ks + k), "ws QK B = K[n][dim]", ks, n, k, 0);
+    }
+  }
+  for (int wg = 0; wg < 2; ++wg)
+    for (int kk = 0; kk < W::BN / 16; ++kk) {
+      const uint64_t db = W::v_desc(k_base, wg, kk);
+      expect(start_of(db) % 1024 == 0, "ws PV descriptor starts on a swizzle atom", wg, kk, 0, 0);
+      for (int k = 0; k < 16; ++k)
+        for (int n = 0; n < W::VH; ++n)
+          expect(mn_major(db, n, k) == element(k_base, W::BN, 16 * kk + k, wg * W::VH + n), "ws PV B = V[key][col]", wg, kk, n, k);
+    }
+  // P: warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1 of rows 16 warp + g and + 8
+  std::vector<int> stored(W::BM * W::BN, 0);  // P[r][key] stores
+  for (int warp = 0; warp < 4; ++warp)
+    for (int nt = 0; nt < W::BN / 8; ++nt)
+      for (int h = 0; h < 2; ++h) {
+        bool bank[32] = {};
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, t4 = lane & 3, r = 16 * warp + g + 8 * h;
+          const uint32_t off = W::p_offset(r, nt, t4);
+          expect(off % 4 == 0 && off + 4 <= (uint32_t)W::P_B, "P store inside the P tile", r, nt, t4, 0);
+          expect(!bank[(off / 4) % 32], "P store bank-conflict free", warp, nt, h, lane);
+          bank[(off / 4) % 32] = true;
+          for (int e = 0; e < 2; ++e) {
+            const int key = 8 * nt + 2 * t4 + e;
+            stored[r * W::BN + key] += 1;
+            // ...and warpgroup 1's A descriptor reads P[r][key] from exactly there
+            const uint32_t want = p_base + off + 2 * e;
+            expect(k_major(W::p_desc(p_base, key / 16), r, key % 16) == want, "ws PV A = P[row][key]", r, key, 0, 0);
+          }
+        }
+      }
+  for (int i = 0; i < W::BM * W::BN; ++i) expect(stored[i] == 1, "every P element stored once", i / W::BN, i % W::BN, stored[i], 0);
+}
+
 int main() {
   const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // 1024-aligned, the last stage
   check_exchange_banks();
   check_loads<BN>(k_base);
   check_loads<BM>(q_base);
+  check_ws();
   for (int half = 0; half < 2; ++half)
     for (int ks = 0; ks < KSTEPS / 2; ++ks) {
       const uint64_t da = qk_desc(q_base, BM, half, ks), db = qk_desc(k_base, BN, half, ks);
@@ -131,6 +187,6 @@ int main() {
     std::printf("%d failures\n", failures);
     return 1;
   }
-  std::printf("wgmma layout: all checks passed\n");
+  std::printf("wgmma layout (v4 and ws kernels): all checks passed\n");
   return 0;
 }

@@ -9,6 +9,10 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   swizzled layout loaded by cp.async. ``tma=True`` loads the contiguous key tiles (the tree
   block; a prefix whose page size is a multiple of 32) by TMA instead (``specdiag.tma`` encodes
   the tensor maps): 0-7% slower on the H200 (4% on average), so not the default;
+* ``impl="wgmma_ws"``: ``kernels/tree_verify_mla_ws.cu``, the same tiles with the warpgroups
+  specialised (FlashMLA's split of roles): warpgroup 0 computes Q K^T over all 576 dims, the
+  softmax and half of P V; warpgroup 1 loads the key tiles (4 stages) and computes the other
+  half of P V from P in shared memory; they meet at named barriers only (sm_90a);
 * ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
@@ -24,13 +28,15 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
 DP = MLA_HEAD_DIM + 8
 S_STRIDE = BN + 8  # floats per row of the partial-S exchange (tvc::s_stride in the .cuh)
-IMPLS = ("mma", "wgmma")
+IMPLS = ("mma", "wgmma", "wgmma_ws")
+HOPPER_IMPLS = ("wgmma", "wgmma_ws")  # sm_90a only, 64 query rows per CTA
+WS_STAGES = 4  # key-tile stages of the wgmma_ws kernel
 
 
 def resolve_impl(impl: str, device, rg: int | None = None) -> str:
@@ -48,6 +54,8 @@ def smem_bytes(rg: int, impl: str = "mma") -> int:
     if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded swizzled layout, + 2 partial S,
         # + STAGES mbarriers (64 B), + 1024 B to align the base to the swizzle pattern
         return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * S_STRIDE * 4 + 64 + 1024
+    if impl == "wgmma_ws":  # Q + WS_STAGES key tiles + P (64 rows x 128 B) + 3 floats per row, + 1024 B alignment
+        return 64 * MLA_HEAD_DIM * 2 + WS_STAGES * BN * MLA_HEAD_DIM * 2 + 64 * 128 + 3 * 64 * 4 + 1024
     bm, nw = 16 * rg, 2 * rg
     return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * S_STRIDE * 4
 
@@ -150,9 +158,11 @@ class NativeTreeVerify:
             raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
         if tma and impl == "mma":
             raise ValueError("tma=True needs the wgmma kernel (impl='wgmma' or 'auto' on sm_90); the mma kernel loads with cp.async only")
-        if impl == "wgmma":
+        if tma and impl == "wgmma_ws":
+            raise ValueError("tma=True needs the wgmma kernel; the wgmma_ws kernel loads with cp.async only")
+        if impl in HOPPER_IMPLS:
             if rg not in (None, 4):
-                raise ValueError(f"the wgmma kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
+                raise ValueError(f"the {impl} kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
             rg = 4
         x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, MLA_V_DIM, check_pages=check)
         for name, t in (("q", x.q), ("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
@@ -166,7 +176,7 @@ class NativeTreeVerify:
         impl = resolve_impl(impl, dev, rg)
         if tma and impl != "wgmma":
             raise ValueError(f"tma=True needs the wgmma kernel; 'auto' picked {impl!r} on this GPU")
-        if impl == "wgmma":
+        if impl in HOPPER_IMPLS:
             rg = 4
         for name, t in (("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
             if t.device != dev:
@@ -196,6 +206,8 @@ class NativeTreeVerify:
             mod = kernels.load_module("tree_verify_mla", dev.index)
             if impl == "wgmma":
                 self._partial = kernels.load_module("tree_verify_mla_wgmma", dev.index).get_function("tree_verify_partial_wgmma")
+            elif impl == "wgmma_ws":
+                self._partial = kernels.load_module("tree_verify_mla_ws", dev.index).get_function("tree_verify_partial_ws")
             else:
                 self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
@@ -216,7 +228,7 @@ class NativeTreeVerify:
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
-        self._block = (64 * plan.rg, 1, 1)  # wgmma: rg=4, two warpgroups
+        self._block = (64 * plan.rg, 1, 1)  # wgmma, wgmma_ws: rg=4, two warpgroups
         self._smem = smem_bytes(plan.rg, impl)
         self._merge_grid = (rows, b, 1)
 

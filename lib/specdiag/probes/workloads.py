@@ -66,13 +66,15 @@ def run_for(fn, seconds: float) -> int:
 
 
 def main(argv=None) -> int:
+    from ..attention.native import IMPLS
+
     ap = argparse.ArgumentParser(prog="python -m specdiag.probes.workloads")
     ap.add_argument("name", choices=WORKLOADS)
     ap.add_argument("--iters", type=int, default=1)
     ap.add_argument("--context", type=int, default=131072)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--nodes", type=int, default=9)
-    ap.add_argument("--impl", default="auto", choices=["auto", "mma", "wgmma"], help="native: which kernel")
+    ap.add_argument("--impl", default="auto", choices=["auto", *IMPLS], help="native: which kernel")
     ap.add_argument("--tma", action="store_true", help="native, wgmma: load contiguous tiles by TMA")
     a = ap.parse_args(argv)
     import torch
