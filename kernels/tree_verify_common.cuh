@@ -139,6 +139,39 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[
   }
 }
 
+// online_softmax with a lazily moved reference max (FlashAttention-4's conditional rescale): a
+// row's m_r moves only when the tile's max exceeds it by more than `slack` (log2 units), so
+// P = exp2(s - m_r) <= 2^slack and on most tiles of a long prefix alpha = 1. Returns whether
+// any row of the warp moved (warp-uniform): when not, the running output needs no rescale.
+// The result is the same softmax: m_r is only the reference the sums and the LSE are taken to.
+template <int BN>
+__device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2], float (&alpha)[2], float slack) {
+  bool moved = false;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const bool move = mx > m_r[r] + slack;  // also when m_r is still -inf and the tile has a visible key
+    const float m_new = move ? mx : m_r[r];
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    alpha[r] = move ? exp2f(m_r[r] - m_use) : 1.f;
+    m_r[r] = m_new;
+    moved |= move;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
+      s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
+      sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+    }
+    l_r[r] = l_r[r] * alpha[r] + sum;
+  }
+  return __any_sync(0xffffffffu, moved);
+}
+
 // Scale a thread's NO output values (NO / 4 tiles of 8 columns, two rows) by each row's alpha.
 template <int NO>
 __device__ __forceinline__ void rescale_rows(float (&o)[NO], const float (&alpha)[2]) {

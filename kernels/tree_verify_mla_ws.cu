@@ -11,6 +11,8 @@
 //   * warpgroup 1 (threads 128-255): every key-tile load (cp.async, 4 stages, issued 3 tiles
 //     ahead; any page size) and O[:, 256:512] += P V with P read from shared memory, each row
 //     rescaled by the factor warpgroup 0 left beside P.
+// The softmax moves each row's reference max lazily (online_softmax_lazy, slack 2^8), so on
+// most tiles of a long prefix neither warpgroup rescales its 128 output registers.
 // Warpgroup 0 issues Q K^T of tile j + 1 before P V of tile j, so the softmax of tile j + 1 runs
 // while the tensor cores do P V (j). The warpgroups meet only at named barriers, each over all
 // 256 threads (one warpgroup arrives, the other waits):
@@ -45,6 +47,7 @@ constexpr int NT = 256;
 constexpr int WG = 128;
 constexpr int KSTEPS = D / 16;         // k-steps of Q K^T (36)
 constexpr int VH = DV / 2;             // output columns per warpgroup (256)
+constexpr float RESCALE_SLACK = 8.f;   // online_softmax_lazy: P <= 2^8, O rescaled only when a row's max moves more
 constexpr int SMEM_DATA = Q_B + STAGES * TILE_B + P_B + 3 * ROWF_B;  // 230144: Q, stages, P, alpha / m / l
 constexpr int SMEM_BYTES = SMEM_DATA + 1024;  // 231168 = specdiag.attention.native.smem_bytes(4, "wgmma_ws") (+ slack to align the base to 1024)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -134,7 +137,7 @@ __device__ __forceinline__ void verify_partial_ws(
         const float alpha[2] = {s_alpha[wr + g], s_alpha[wr + g + 8]};
 #pragma unroll
         for (int i = 0; i < 128; ++i) fence_operand(o[i]);
-        tvc::rescale_rows(o, alpha);
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(sP, kk), v_desc(stage(j), 1, kk));
@@ -171,6 +174,7 @@ __device__ __forceinline__ void verify_partial_ws(
       float s[16];
       uint32_t a[BN / 16][4], a_next[BN / 16][4];  // P of tile j (read by the running P V) and of j + 1
       float alpha[2];
+      bool rescale = false;  // some row of this warp moved its reference max on the last softmax_tile
       auto issue_qk = [&](int tile) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) fence_operand(s[i]);
@@ -185,7 +189,7 @@ __device__ __forceinline__ void verify_partial_ws(
 #pragma unroll
         for (int i = 0; i < 16; ++i) fence_operand(s[i]);
         tvc::mask_scores<BN>(s, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);
-        tvc::online_softmax<BN>(s, m_r, l_r, alpha);
+        rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
           p[kk][0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);  // row g, keys 16 kk + 2 t4 ..
@@ -234,7 +238,7 @@ __device__ __forceinline__ void verify_partial_ws(
         for (int kk = 0; kk < BN / 16; ++kk)  // P V (j) read these registers until the wait
 #pragma unroll
           for (int i = 0; i < 4; ++i) fence_operand(cur[kk][i]);
-        tvc::rescale_rows(o, alpha);
+        if (rescale) tvc::rescale_rows(o, alpha);
         // tile j's stage is free on our side: wg1 loads tile j + 4 there (it waits in its iteration j + 1)
         if (j + STAGES < n) bar_arrive(BAR_K_FREE, NT);
       };

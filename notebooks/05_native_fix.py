@@ -181,11 +181,15 @@ wg_table
 
 # %%
 if hopper:
-    abl = {"machine": bench.machine_metadata(), "rows": bench.ablate(shapes=((65536, 8, 65),) if smoke else ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)))}
+    shapes = ((65536, 8, 65),) if smoke else ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
+    abl = {"machine": bench.machine_metadata(), "rows": [r for impl in ("wgmma", "wgmma_ws") for r in bench.ablate(shapes=shapes, impl=impl)]}
 else:
     abl = data.load_json(ablation_file)
-    print("recorded on:", data.describe_machine(abl["machine"]))
-ablation = pd.DataFrame(abl["rows"]).pivot_table(index=["context", "heads", "nodes"], columns="variant", values="vs_full", sort=False)
+    for impl, machine in abl.get("runs", {"wgmma": abl["machine"]}).items():  # one recorded run per kernel
+        print(f"{impl} recorded on:", data.describe_machine(machine))
+rows = pd.DataFrame(abl["rows"])
+rows["impl"] = rows.get("impl", pd.Series("wgmma", index=rows.index)).fillna("wgmma")  # older recordings: v4 only
+ablation = rows.pivot_table(index=["impl", "context", "heads", "nodes"], columns="variant", values="vs_full", sort=False)
 ablation.round(2)
 
 # %% [markdown]

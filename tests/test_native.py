@@ -311,6 +311,34 @@ def test_native_matches_float64_reference_on_gpu(impl, tma):
 
 
 @pytest.mark.gpu
+def test_ws_lazy_rescale_follows_a_rising_max():
+    """The ws kernel moves each row's reference max only when it rises by more than 2^8
+    (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
+    of log2 units along one split (prefix_splits=1), so the reference moves several times
+    mid-split, and the tree block (scaled the most) moves it again: the result must still match
+    float64."""
+    _needs_sm90("wgmma_ws")
+    x, _ = make_verify_inputs([9000, 3000], nodes=17, heads=8, page_size=16, seed=21, q_scale=1.0)
+    pt, ps = x["page_table"], x["kv_pool"].shape[1]
+    pool = x["kv_pool"].view(-1, x["kv_pool"].shape[-1])
+    slots = [pt[b, torch.arange(n) // ps].long() * ps + torch.arange(n) % ps for b, n in enumerate(x["prefix_lens"].tolist())]
+    for sl in slots:  # key t of a request scaled by 1 + 5 t / 9000
+        pool[sl] *= (1 + 5 * torch.arange(len(sl)) / 9000).to(torch.bfloat16)[:, None]
+    x["tree_kv"] *= 7
+    ref_o, ref_l = tree_verify_attention_ref(**x, scale=SCALE)
+    s = (x["q"][0].float().reshape(-1, 576) @ pool[slots[0]].float().T) * SCALE * math.log2(math.e)  # log2 units
+    first, whole = s[:, :32].amax(1), s.amax(1)
+    assert float((whole - first).min()) > 8, "the max must rise past the slack after the first tile"
+    # one prefix split: a single CTA walks the whole ramp (planned splits would each see ~2 units)
+    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_ws", prefix_splits=1)
+    assert op.plan.n_prefix_splits == 1
+    out, lse = op.run()
+    torch.cuda.synchronize()
+    assert relative_error(out.cpu(), ref_o) < 1e-2
+    assert relative_error(lse.cpu(), ref_l) < 1e-3
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
@@ -340,17 +368,19 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
 
 
 @pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
-def test_ablation_variants_apply_and_drop_their_stage():
-    """bench.ablation_variants edits the wgmma source text; each edit must still match the source
-    (else it raises) and compile, and the variants without matrix multiplies must lose them."""
+@pytest.mark.parametrize("kernel, func, extra", [("tree_verify_mla_wgmma", "tree_verify_partial_wgmma", {"no_exchange"}), ("tree_verify_mla_ws", "tree_verify_partial_ws", {"no_rescale", "eager"})])
+def test_ablation_variants_apply_and_drop_their_stage(kernel, func, extra):
+    """bench.ablation_variants edits a Hopper kernel's source text; each edit must still match
+    the source (else it raises) and compile, and the variants without matrix multiplies must
+    lose them."""
     from specdiag.bench import ablation_variants
 
-    variants = ablation_variants()
-    assert set(variants) == {"full", "no_qk", "no_pv", "no_softmax", "no_exchange", "no_loads", "no_mma", "loads_only"}
-    assert variants["full"] == kernels.kernel_source("tree_verify_mla_wgmma")
+    variants = ablation_variants(kernel)
+    assert set(variants) == {"full", "no_qk", "no_pv", "no_softmax", "no_loads", "no_mma", "loads_only"} | extra
+    assert variants["full"] == kernels.kernel_source(kernel)
     assert len(set(variants.values())) == len(variants)
     for name in ("no_qk", "no_mma", "loads_only"):
-        f = kernels.nvcc_check("tree_verify_mla_wgmma", source=variants[name])["tree_verify_partial_wgmma"]
+        f = kernels.nvcc_check(kernel, source=variants[name])[func]
         assert not f.spills and f.stack_frame == 0
     with tempfile.TemporaryDirectory() as td:
         src = Path(td) / "no_mma.cu"
@@ -360,11 +390,5 @@ def test_ablation_variants_apply_and_drop_their_stage():
         dump = subprocess.run([kernels.find_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     # (ptxas keeps empty commit groups as null HGMMA.64x8x16 on RZ; the real shapes must be gone)
     assert "HGMMA.64x32x16" not in dump and "HGMMA.64x256x16" not in dump and "LDGSTS" in dump
-
-
-def test_ablation_refuses_a_source_it_no_longer_matches(monkeypatch):
-    from specdiag import bench
-
-    monkeypatch.setitem(bench._ABLATIONS, "loads", [("this line is not in the kernel", "")])
-    with pytest.raises(RuntimeError, match="ablation no_loads"):
-        bench.ablation_variants()
+    with pytest.raises(ValueError, match="no ablations"):
+        ablation_variants("tree_verify_mla")

@@ -319,62 +319,93 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
 
 # Stage ablation of the wgmma kernel: each variant deletes (or stubs) one stage of the main
 # loop in the source text. Results are wrong by design; only the time means something.
+# kernel -> stage -> source edits (old text, new text) that leave that stage out
 _ABLATIONS = {
-    "qk": [("issue_qk(s, stage(0));", ""), ("issue_qk(s, stage(j + 1));", "")],
-    "pv": [("issue_pv(a, stage(j));", ""), ("issue_pv(a, stage(w.n_tiles - 1));", "")],
-    "softmax": [("tvc::online_softmax<BN>(s, m_r, l_r, alpha);", "alpha[0] = alpha[1] = 1.f;"),
-                ("tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
-    "exchange": [("tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);\n      __syncthreads();", "")],
-    # the loop's tile loads, and its wait for a TMA tile that would now never arrive
-    "loads": [("if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);", ""), ("if (tma) wait_tma_tile(j + 1);", "")],
+    "tree_verify_mla_wgmma": {
+        "qk": [("issue_qk(s, stage(0));", ""), ("issue_qk(s, stage(j + 1));", "")],
+        "pv": [("issue_pv(a, stage(j));", ""), ("issue_pv(a, stage(w.n_tiles - 1));", "")],
+        "softmax": [("tvc::online_softmax<BN>(s, m_r, l_r, alpha);", "alpha[0] = alpha[1] = 1.f;"),
+                    ("tvc::combine_and_mask<BN>(s, sS + ((half ^ 1) * BM + wr) * SS, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
+        "exchange": [("tvc::store_partial_s<BN>(sS + (half * BM + wr) * SS, s, g, t4);\n      __syncthreads();", "")],
+        # the loop's tile loads, and its wait for a TMA tile that would now never arrive
+        "loads": [("if (j + 2 < w.n_tiles) load_tile(j + 2, (j + 2) % STAGES, coord_next);", ""), ("if (tma) wait_tma_tile(j + 1);", "")],
+    },
+    "tree_verify_mla_ws": {
+        "qk": [("for (int ks = 0; ks < KSTEPS; ++ks) wgmma_qk(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(tile), BN, ks), ks > 0);", "")],
+        "pv": [("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, p[kk], v_desc(stage(tile), 0, kk));", ""),
+               ("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(sP, kk), v_desc(stage(j), 1, kk));", "")],
+        "softmax": [("rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);", "alpha[0] = alpha[1] = 1.f;"),
+                    ("tvc::mask_scores<BN>(s, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
+        "rescale": [("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", ""),
+                    ("if (rescale) tvc::rescale_rows(o, alpha);", "")],
+        # the loop's tile loads (the first three, before the loop, stay)
+        "loads": [("          load_tile(j + STAGES - 1);\n", "")],
+        # not a stage: every tile rescales (the reference max follows the running max exactly)
+        "eager": [("constexpr float RESCALE_SLACK = 8.f;", "constexpr float RESCALE_SLACK = 0.f;"),
+                  ("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", "tvc::rescale_rows(o, alpha);"),
+                  ("if (rescale) tvc::rescale_rows(o, alpha);", "tvc::rescale_rows(o, alpha);")],
+    },
 }
+ABLATION_KERNELS = {"wgmma": "tree_verify_mla_wgmma", "wgmma_ws": "tree_verify_mla_ws"}  # impl -> source
+_PARTIAL_FUNCTION = {"tree_verify_mla_wgmma": "tree_verify_partial_wgmma", "tree_verify_mla_ws": "tree_verify_partial_ws"}
 
 
-def ablation_variants() -> dict[str, str]:
-    """wgmma kernel sources with one stage left out ("no_qk", ...), plus "no_mma" (neither
-    matrix multiply) and "loads_only" (tile loads and barriers only), and "full"."""
+def ablation_variants(kernel: str = "tree_verify_mla_wgmma") -> dict[str, str]:
+    """Sources of a Hopper kernel with one stage left out ("no_qk", ...), plus "no_mma"
+    (neither matrix multiply), "loads_only" (tile loads and barriers only), "full", and the ws
+    kernel's "eager" (rescale on every tile)."""
     from . import kernels
 
-    src = kernels.kernel_source("tree_verify_mla_wgmma")
-    plans = {"full": []} | {f"no_{k}": v for k, v in _ABLATIONS.items()}
-    plans["no_mma"] = _ABLATIONS["qk"] + _ABLATIONS["pv"]
-    plans["loads_only"] = _ABLATIONS["qk"] + _ABLATIONS["pv"] + _ABLATIONS["softmax"] + _ABLATIONS["exchange"]
+    if kernel not in _ABLATIONS:
+        raise ValueError(f"no ablations for {kernel!r}; choose from {list(_ABLATIONS)}")
+    edits = _ABLATIONS[kernel]
+    src = kernels.kernel_source(kernel)
+    stages = [k for k in edits if k != "eager"]
+    plans = {"full": []} | {f"no_{k}": edits[k] for k in stages}
+    plans["no_mma"] = edits["qk"] + edits["pv"]
+    plans["loads_only"] = [e for k in stages if k != "loads" for e in edits[k]]
+    if "eager" in edits:
+        plans["eager"] = edits["eager"]
     out = {}
-    for name, edits in plans.items():
+    for name, plan in plans.items():
         s = src
-        for old, new in edits:
+        for old, new in plan:
             if s.count(old) != 1:
-                raise RuntimeError(f"ablation {name}: expected one {old!r} in tree_verify_mla_wgmma.cu; update bench._ABLATIONS")
+                raise RuntimeError(f"ablation {name}: expected one {old!r} in {kernel}.cu; update bench._ABLATIONS")
             s = s.replace(old, new)
         out[name] = s
     return out
 
 
-def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, progress=print) -> list[dict]:
-    """Time every ``ablation_variants`` source on the same launches (sm_90 only); ``tma=True``
-    takes the TMA load path apart instead of the default cp.async one."""
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, impl: str = "wgmma", progress=print) -> list[dict]:
+    """Time every ``ablation_variants`` source of the ``impl`` kernel ("wgmma" or "wgmma_ws") on
+    the same launches (sm_90 only); ``tma=True`` takes the wgmma kernel's TMA load path apart
+    instead of the default cp.async one."""
     from pycuda.compiler import SourceModule
 
     from . import kernels
     from .attention.native import NativeTreeVerify
 
+    if impl not in ABLATION_KERNELS:
+        raise ValueError(f"impl must be one of {list(ABLATION_KERNELS)}, got {impl!r}")
     if torch.cuda.get_device_capability() != (9, 0):
-        raise RuntimeError("the ablation runs the wgmma kernel: it needs an sm_90 GPU")
+        raise RuntimeError(f"the ablation runs the {impl} kernel: it needs an sm_90 GPU")
+    kernel = ABLATION_KERNELS[impl]
     kernels.load_module("tree_verify_mla")  # joins torch's context before pycuda compiles
-    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function("tree_verify_partial_wgmma") for name, src in ablation_variants().items()}
+    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function(_PARTIAL_FUNCTION[kernel]) for name, src in ablation_variants(kernel).items()}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx, h, t in shapes:
         rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl="wgmma", tma=tma) for i in range(rot.n)]
+        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=impl, tma=tma) for i in range(rot.n)]
         full = None
         for name, f in funcs.items():
             for op in ops:
                 op._partial = f
             ms = _time_rotating([op.run for op in ops], rep_ms)
             full = full or ms
-            rows.append(dict(context=ctx, heads=h, nodes=t, tma=tma, variant=name, ms=ms, vs_full=ms / full))
-            progress(f"ctx={ctx} H={h} T={t} tma={tma} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
+            rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, tma=tma, variant=name, ms=ms, vs_full=ms / full))
+            progress(f"{impl} ctx={ctx} H={h} T={t} tma={tma} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
         del ops, rot
         torch.cuda.empty_cache()
     return rows
@@ -398,7 +429,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
-    ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check: which native kernel")
+    ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check, ablate: which native kernel (ablate: wgmma unless wgmma_ws)")
     ap.add_argument("--tma", action="store_true", help="check, ablate: the wgmma kernel with contiguous tiles loaded by TMA")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -416,7 +447,7 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma)})
+        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma, impl=a.impl if a.impl != "mma" else "wgmma")})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)
