@@ -29,6 +29,11 @@ TVG_HD constexpr uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) 
   return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
          ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+// Shared-memory matrix descriptor, no swizzle (the "interleave" canonical layout: 8 x 16-byte
+// core matrices). K-major operand: lbo = byte step between core matrices along K, sbo = along M/N.
+TVG_HD constexpr uint64_t make_desc_interleave(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) | ((uint64_t)((sbo >> 4) & 0x3FFF) << 32);
+}
 // K-major operand of k-step `k16` (head dims 16 k16 .. 16 k16 + 15) of a tile of `rows` rows:
 // column block k16 / 4, then the 32-byte step inside its 128-byte rows
 TVG_HD constexpr uint32_t kstep_offset(int rows, int k16) { return (uint32_t)((k16 >> 2) * rows * 128 + (k16 & 3) * 32); }

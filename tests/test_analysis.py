@@ -67,7 +67,7 @@ def test_speedup_table_joins_on_shape():
 def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     with pytest.raises(ValueError, match="native_foo"):
         bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))
-    assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1"}
+    assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2"}
     assert all(ps == 1 for k, (_, ps) in bench.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
 
 

@@ -191,6 +191,17 @@ def test_plan_fills_whole_waves(ctx, heads, nodes):
     assert est <= 1.1 * ideal, (p, est, ideal)
 
 
+def test_ws_lookahead_follows_the_measured_rule():
+    """Two Q K^T ahead from 3 query tiles on (the H200 run: 2 tiles faster with 1, >= 9 with 2)."""
+    from specdiag.attention.native import WS_LOOKAHEAD_MIN_TILES, ws_lookahead
+
+    assert WS_LOOKAHEAD_MIN_TILES == 3
+    assert ws_lookahead(plan_launch(72, 9, 185000, 1, 132)) == 1  # 2 query tiles
+    assert ws_lookahead(plan_launch(520, 65, 185000, 1, 132)) == 2  # 9
+    assert ws_lookahead(plan_launch(129, 1, 4096, 1, 132)) == 2  # 3
+    assert ws_lookahead(plan_launch(128, 1, 4096, 1, 132)) == 1  # 2
+
+
 def test_plan_rejects_bad_arguments():
     with pytest.raises(ValueError):
         plan_launch(10, 1, 100, 1, 132, rg=3)
@@ -212,10 +223,14 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", tma=True)
     with pytest.raises(ValueError, match="wgmma_ws kernel always takes 64 query rows"):
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", rg=1)
+    with pytest.raises(ValueError, match="lookahead must be 1 or 2"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", lookahead=3)
+    with pytest.raises(ValueError, match="lookahead is an option of the wgmma_ws kernel, not of 'wgmma'"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma", lookahead=2)
 
 
-def test_auto_picks_wgmma_on_sm90_only(monkeypatch):
-    for cap, rg, want in [((9, 0), None, "wgmma"), ((9, 0), 4, "wgmma"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
+def test_auto_picks_wgmma_ws_on_sm90_only(monkeypatch):
+    for cap, rg, want in [((9, 0), None, "wgmma_ws"), ((9, 0), 4, "wgmma_ws"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
         assert resolve_impl("auto", None, rg) == want, (cap, rg)
     assert resolve_impl("mma", None) == "mma" and resolve_impl("wgmma", None) == "wgmma"
@@ -293,12 +308,12 @@ def _needs_sm90(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, tma", [("mma", False), ("wgmma", False), ("wgmma", True), ("wgmma_ws", False)])
-def test_native_matches_float64_reference_on_gpu(impl, tma):
+@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2)])
+def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
     from specdiag.bench import check_native
 
     _needs_sm90(impl)
-    results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl, tma=tma)
+    results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl, tma=tma, lookahead=lookahead)
     assert len(results) >= 11
     for r in results:
         assert r["all_written"], r
@@ -308,10 +323,12 @@ def test_native_matches_float64_reference_on_gpu(impl, tma):
         # TMA loads the tree block always, the prefix where a 32-key tile stays in one page
         want = (["prefix"] if r["page_size"] % BN == 0 else []) + ["tree"] if impl == "wgmma" and tma else []
         assert r["tma_parts"] == want, r
+        assert r["lookahead"] == lookahead, r
 
 
 @pytest.mark.gpu
-def test_ws_lazy_rescale_follows_a_rising_max():
+@pytest.mark.parametrize("lookahead", [1, 2])
+def test_ws_lazy_rescale_follows_a_rising_max(lookahead):
     """The ws kernel moves each row's reference max only when it rises by more than 2^8
     (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
     of log2 units along one split (prefix_splits=1), so the reference moves several times
@@ -330,7 +347,7 @@ def test_ws_lazy_rescale_follows_a_rising_max():
     first, whole = s[:, :32].amax(1), s.amax(1)
     assert float((whole - first).min()) > 8, "the max must rise past the slack after the first tile"
     # one prefix split: a single CTA walks the whole ramp (planned splits would each see ~2 units)
-    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_ws", prefix_splits=1)
+    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_ws", prefix_splits=1, lookahead=lookahead)
     assert op.plan.n_prefix_splits == 1
     out, lse = op.run()
     torch.cuda.synchronize()

@@ -47,17 +47,23 @@ SWEEP_TREES = (9, 65, 257)
 LAYERS = 61  # Kimi-K2
 # sweep implementation -> (native kernel or None, KV page size); "wgmma_tma" is the wgmma
 # kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys;
-# "native_ws" the warp-specialised wgmma kernel
+# "native_ws" the warp-specialised wgmma kernel with its default lookahead, "native_ws_la1" /
+# "native_ws_la2" with Q K^T one / two tiles ahead of P V
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
     "native_wgmma_tma": ("wgmma_tma", 64), "native_ws": ("wgmma_ws", 64), "native_ws_ps1": ("wgmma_ws", 1),
+    "native_ws_la1": ("wgmma_ws_la1", 64), "native_ws_la2": ("wgmma_ws_la2", 64),
     "triton": (None, 1), "torch": (None, 1),
 }
 
 
 def _native_options(kernel: str) -> dict:
     """NativeTreeVerify keywords of a SWEEP_IMPLS kernel name."""
-    return {"impl": "wgmma", "tma": True} if kernel == "wgmma_tma" else {"impl": kernel}
+    if kernel == "wgmma_tma":
+        return {"impl": "wgmma", "tma": True}
+    if kernel.startswith("wgmma_ws_la"):
+        return {"impl": "wgmma_ws", "lookahead": int(kernel[-1])}
+    return {"impl": kernel}
 
 
 SOFTMAX_SCALE = 1.0 / math.sqrt(192.0)  # MLA: qk_nope 128 + qk_rope 64
@@ -166,12 +172,13 @@ def poison_unused_slots(kv_pool: torch.Tensor, page_table: torch.Tensor, prefix_
     return int(unused.sum())
 
 
-def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = False) -> list[dict]:
+def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = False, lookahead: int | None = None) -> list[dict]:
     """Native kernel vs float64 reference on fresh random inputs, outputs and every unused pool
     slot poisoned with NaN first (``poison_unused_slots``).
 
     With ``impl="wgmma"`` or ``"wgmma_ws"`` (always 64 rows per CTA) the cases that pin ``rg``
-    to 1 or 2 are left out; ``tma=True`` checks its TMA load path. Each result names the parts TMA loaded."""
+    to 1 or 2 are left out; ``tma=True`` checks its TMA load path, ``lookahead`` picks the
+    wgmma_ws kernel's entry point. Each result names the parts TMA loaded."""
     from .attention.native import NativeTreeVerify
     from .attention.reference import tree_verify_attention_ref
 
@@ -198,7 +205,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Fa
             continue
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0)
         poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl, tma=tma)
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, rg=rg, impl=impl, tma=tma, lookahead=lookahead)
         op.out.fill_(float("nan"))
         op.lse.fill_(float("nan"))
         op.o_part.fill_(float("nan"))
@@ -210,7 +217,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Fa
         results.append(
             dict(
                 impl=impl, prefix_lens=lens, nodes=nodes, heads=heads, page_size=ps, tree=shape, rg=op.plan.rg,
-                splits=op.plan.splits, tma_parts=list(op.tma_parts), poisoned_slots=poisoned, all_written=written,
+                splits=op.plan.splits, tma_parts=list(op.tma_parts), lookahead=op.lookahead, poisoned_slots=poisoned, all_written=written,
                 rel_err_out=relative_error(out, ref_o), rel_err_lse=relative_error(lse, ref_l),
             )
         )
@@ -332,8 +339,8 @@ _ABLATIONS = {
     },
     "tree_verify_mla_ws": {
         "qk": [("for (int ks = 0; ks < KSTEPS; ++ks) wgmma_qk(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(tile), BN, ks), ks > 0);", "")],
-        "pv": [("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, p[kk], v_desc(stage(tile), 0, kk));", ""),
-               ("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(sP, kk), v_desc(stage(j), 1, kk));", "")],
+        "pv": [("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(sP + (tile & 1) * P_BUF, kk), v_desc(stage(tile), 0, kk));", ""),
+               ("for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(sP + (j & 1) * P_BUF, kk), v_desc(stage(j), 1, kk));", "")],
         "softmax": [("rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);", "alpha[0] = alpha[1] = 1.f;"),
                     ("tvc::mask_scores<BN>(s, g, t4, tile, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
         "rescale": [("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", ""),
@@ -347,7 +354,10 @@ _ABLATIONS = {
     },
 }
 ABLATION_KERNELS = {"wgmma": "tree_verify_mla_wgmma", "wgmma_ws": "tree_verify_mla_ws"}  # impl -> source
-_PARTIAL_FUNCTION = {"tree_verify_mla_wgmma": "tree_verify_partial_wgmma", "tree_verify_mla_ws": "tree_verify_partial_ws"}
+def _partial_function(kernel: str, lookahead: int = 1) -> str:
+    if kernel == "tree_verify_mla_wgmma":
+        return "tree_verify_partial_wgmma"
+    return "tree_verify_partial_ws" if lookahead == 1 else "tree_verify_partial_ws_la2"
 
 
 def ablation_variants(kernel: str = "tree_verify_mla_wgmma") -> dict[str, str]:
@@ -377,10 +387,10 @@ def ablation_variants(kernel: str = "tree_verify_mla_wgmma") -> dict[str, str]:
     return out
 
 
-def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, impl: str = "wgmma", progress=print) -> list[dict]:
+def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, impl: str = "wgmma", lookahead: int = 1, progress=print) -> list[dict]:
     """Time every ``ablation_variants`` source of the ``impl`` kernel ("wgmma" or "wgmma_ws") on
     the same launches (sm_90 only); ``tma=True`` takes the wgmma kernel's TMA load path apart
-    instead of the default cp.async one."""
+    instead of the default cp.async one; ``lookahead`` the ws kernel's entry point (1 or 2)."""
     from pycuda.compiler import SourceModule
 
     from . import kernels
@@ -392,19 +402,20 @@ def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: f
         raise RuntimeError(f"the ablation runs the {impl} kernel: it needs an sm_90 GPU")
     kernel = ABLATION_KERNELS[impl]
     kernels.load_module("tree_verify_mla")  # joins torch's context before pycuda compiles
-    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function(_PARTIAL_FUNCTION[kernel]) for name, src in ablation_variants(kernel).items()}
+    funcs = {name: SourceModule(src, arch="compute_90a", code="sm_90a", no_extern_c=True, options=["-O3", "-std=c++17", "-diag-suppress=177"]).get_function(_partial_function(kernel, lookahead)) for name, src in ablation_variants(kernel).items()}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx, h, t in shapes:
         rot = _Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=impl, tma=tma) for i in range(rot.n)]
+        la = lookahead if impl == "wgmma_ws" else None
+        ops = [NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=impl, tma=tma, lookahead=la) for i in range(rot.n)]
         full = None
         for name, f in funcs.items():
             for op in ops:
                 op._partial = f
             ms = _time_rotating([op.run for op in ops], rep_ms)
             full = full or ms
-            rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, tma=tma, variant=name, ms=ms, vs_full=ms / full))
+            rows.append(dict(impl=impl, lookahead=la, context=ctx, heads=h, nodes=t, tma=tma, variant=name, ms=ms, vs_full=ms / full))
             progress(f"{impl} ctx={ctx} H={h} T={t} tma={tma} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
         del ops, rot
         torch.cuda.empty_cache()
@@ -431,12 +442,13 @@ def main(argv=None) -> int:
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
     ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check, ablate: which native kernel (ablate: wgmma unless wgmma_ws)")
     ap.add_argument("--tma", action="store_true", help="check, ablate: the wgmma kernel with contiguous tiles loaded by TMA")
+    ap.add_argument("--lookahead", type=int, choices=[1, 2], default=None, help="check, ablate: the wgmma_ws kernel's Q K^T lookahead")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
         return 2
     if a.mode == "check":
-        res = check_native(impl=a.impl, tma=a.tma)
+        res = check_native(impl=a.impl, tma=a.tma, lookahead=a.lookahead)
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})
@@ -447,7 +459,7 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma, impl=a.impl if a.impl != "mma" else "wgmma")})
+        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma, impl=a.impl if a.impl != "mma" else "wgmma", lookahead=a.lookahead or 1)})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)

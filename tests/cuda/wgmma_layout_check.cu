@@ -16,9 +16,10 @@
 //   3. the partial-S exchange of tree_verify_common.cuh is free of bank conflicts;
 //   4. for the warp-specialised kernel (tree_verify_mla_ws.cu): its tiles loaded by one
 //      warpgroup (128 threads) and Q by both, its Q K^T over all 576 dims, both P V halves, and
-//      P's trip through shared memory: where warpgroup 0 stores each P value from its
-//      accumulator layout is where warpgroup 1's K-major descriptor reads P[row][key], and
-//      those stores are free of bank conflicts.
+//      P's trip through shared memory (two buffers, no-swizzle core-matrix layout): where
+//      warpgroup 0 stores each P value from its accumulator layout is where the K-major
+//      descriptor of both warpgroups' P V reads P[row][key], and those stores are free of bank
+//      conflicts.
 // Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
@@ -35,6 +36,10 @@ static uint32_t sbo_of(uint64_t d) { return (uint32_t)((d >> 32) & 0x3FFF) << 4;
 static uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
 static uint32_t k_major(uint64_t d, int mn, int k) {
   return swizzle128(start_of(d) + (mn % 8) * 128 + (mn / 8) * sbo_of(d) + k * 2);
+}
+// the no-swizzle ("interleave") K-major layout: 8 x 16-byte core matrices, LBO along K, SBO along M/N
+static uint32_t k_major_interleave(uint64_t d, int mn, int k) {
+  return start_of(d) + (mn % 8) * 16 + (mn / 8) * sbo_of(d) + (k % 8) * 2 + (k / 8) * lbo_of(d);
 }
 static uint32_t mn_major(uint64_t d, int mn, int k) {
   return swizzle128(start_of(d) + (mn % 64) * 2 + (mn / 64) * lbo_of(d) + (k % 8) * 128 + (k / 8) * sbo_of(d));
@@ -132,27 +137,31 @@ static void check_ws() {
         for (int n = 0; n < W::VH; ++n)
           expect(mn_major(db, n, k) == element(k_base, W::BN, 16 * kk + k, wg * W::VH + n), "ws PV B = V[key][col]", wg, kk, n, k);
     }
-  // P: warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1 of rows 16 warp + g and + 8
+  // P (two buffers, no swizzle): warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1
+  // of rows 16 warp + g and + 8; both warpgroups' P V read it through p_desc
   std::vector<int> stored(W::BM * W::BN, 0);  // P[r][key] stores
-  for (int warp = 0; warp < 4; ++warp)
-    for (int nt = 0; nt < W::BN / 8; ++nt)
-      for (int h = 0; h < 2; ++h) {
-        bool bank[32] = {};
-        for (int lane = 0; lane < 32; ++lane) {
-          const int g = lane >> 2, t4 = lane & 3, r = 16 * warp + g + 8 * h;
-          const uint32_t off = W::p_offset(r, nt, t4);
-          expect(off % 4 == 0 && off + 4 <= (uint32_t)W::P_B, "P store inside the P tile", r, nt, t4, 0);
-          expect(!bank[(off / 4) % 32], "P store bank-conflict free", warp, nt, h, lane);
-          bank[(off / 4) % 32] = true;
-          for (int e = 0; e < 2; ++e) {
-            const int key = 8 * nt + 2 * t4 + e;
-            stored[r * W::BN + key] += 1;
-            // ...and warpgroup 1's A descriptor reads P[r][key] from exactly there
-            const uint32_t want = p_base + off + 2 * e;
-            expect(k_major(W::p_desc(p_base, key / 16), r, key % 16) == want, "ws PV A = P[row][key]", r, key, 0, 0);
+  for (int x = 0; x < 2; ++x) {
+    const uint32_t buf = p_base + x * W::P_BUF;
+    for (int kk = 0; kk < W::BN / 16; ++kk) expect((W::p_desc(buf, kk) >> 62) == 0, "P descriptor: no swizzle", x, kk, 0, 0);
+    for (int warp = 0; warp < 4; ++warp)
+      for (int nt = 0; nt < W::BN / 8; ++nt)
+        for (int h = 0; h < 2; ++h) {
+          bool bank[32] = {};
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, t4 = lane & 3, r = 16 * warp + g + 8 * h;
+            const uint32_t off = W::p_offset(r, nt, t4);
+            expect(off % 4 == 0 && off + 4 <= (uint32_t)W::P_BUF, "P store inside its buffer", r, nt, t4, 0);
+            expect(!bank[(off / 4) % 32], "P store bank-conflict free", warp, nt, h, lane);
+            bank[(off / 4) % 32] = true;
+            for (int e = 0; e < 2; ++e) {
+              const int key = 8 * nt + 2 * t4 + e;
+              if (x == 0) stored[r * W::BN + key] += 1;
+              // ...and the K-major descriptor reads P[r][key] from exactly there
+              expect(k_major_interleave(W::p_desc(buf, key / 16), r, key % 16) == buf + off + 2 * e, "ws PV A = P[row][key]", x, r, key, 0);
+            }
           }
         }
-      }
+  }
   for (int i = 0; i < W::BM * W::BN; ++i) expect(stored[i] == 1, "every P element stored once", i / W::BN, i % W::BN, stored[i], 0);
 }
 

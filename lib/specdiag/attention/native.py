@@ -11,9 +11,10 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   the tensor maps): 0-7% slower on the H200 (4% on average), so not the default;
 * ``impl="wgmma_ws"``: ``kernels/tree_verify_mla_ws.cu``, the same tiles with the warpgroups
   specialised (FlashMLA's split of roles): warpgroup 0 computes Q K^T over all 576 dims, the
-  softmax and half of P V; warpgroup 1 loads the key tiles (4 stages) and computes the other
-  half of P V from P in shared memory; they meet at named barriers only (sm_90a);
-* ``impl="auto"`` (default): ``wgmma`` on an sm_90 GPU, ``mma`` elsewhere.
+  softmax and half of P V, two Q K^T ahead of its P V; warpgroup 1 loads the key tiles
+  (4 stages) and computes the other half of P V; P goes through shared memory (two buffers);
+  they meet at named barriers only (sm_90a);
+* ``impl="auto"`` (default): ``wgmma_ws`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
 data/native_check_wgmma_h200.json) and timed in data/context_sweep_h200.json.
@@ -28,7 +29,7 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
@@ -40,10 +41,11 @@ WS_STAGES = 4  # key-tile stages of the wgmma_ws kernel
 
 
 def resolve_impl(impl: str, device, rg: int | None = None) -> str:
-    """``"auto"`` -> the faster kernel the device can run: wgmma on sm_90, else mma (also when
-    an ``rg`` other than 4 asks for fewer query rows per CTA, which only mma has)."""
+    """``"auto"`` -> the fastest kernel the device can run: wgmma_ws on sm_90 (1.0-1.4x over
+    wgmma at every shape of the H200 sweep), else mma (also when an ``rg`` other than 4 asks for
+    fewer query rows per CTA, which only mma has)."""
     if impl == "auto":
-        return "wgmma" if torch.cuda.get_device_capability(device) == (9, 0) and rg in (None, 4) else "mma"
+        return "wgmma_ws" if torch.cuda.get_device_capability(device) == (9, 0) and rg in (None, 4) else "mma"
     if impl not in IMPLS:
         raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
     return impl
@@ -54,8 +56,9 @@ def smem_bytes(rg: int, impl: str = "mma") -> int:
     if impl == "wgmma":  # Q (64 rows) + STAGES key tiles, unpadded swizzled layout, + 2 partial S,
         # + STAGES mbarriers (64 B), + 1024 B to align the base to the swizzle pattern
         return 64 * MLA_HEAD_DIM * 2 + STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * S_STRIDE * 4 + 64 + 1024
-    if impl == "wgmma_ws":  # Q + WS_STAGES key tiles + P (64 rows x 128 B) + 3 floats per row, + 1024 B alignment
-        return 64 * MLA_HEAD_DIM * 2 + WS_STAGES * BN * MLA_HEAD_DIM * 2 + 64 * 128 + 3 * 64 * 4 + 1024
+    if impl == "wgmma_ws":  # Q + WS_STAGES key tiles + 2 P buffers (64 x BN bf16) + 4 floats per row
+        # (2 factor buffers, max, sum), + 1024 B alignment
+        return 64 * MLA_HEAD_DIM * 2 + WS_STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * BN * 2 + 4 * 64 * 4 + 1024
     bm, nw = 16 * rg, 2 * rg
     return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * S_STRIDE * 4
 
@@ -139,6 +142,19 @@ def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int
     return LaunchPlan(rg, m_tiles, n_prefix, per, n_tree, tree_per)
 
 
+WS_LOOKAHEAD_MIN_TILES = 3  # query tiles from which wgmma_ws keeps two Q K^T ahead
+
+
+def ws_lookahead(plan: LaunchPlan) -> int:
+    """Q K^T tiles the wgmma_ws kernel issues ahead of P V for a plan.
+
+    2 overlaps the softmax with the next Q K^T but leaves one of the 4 stages for a tile in
+    flight instead of two. Measured on the H200 in one run (32k, 64k, 185k; H=8, 64; 9, 65, 257
+    nodes): with 2 query tiles (72 rows) lookahead 1 was 0.5-4.7% faster, with 9 or more tiles
+    (>= 520 rows) lookahead 2 was 0.1-4.9% faster. 3-8 tiles were not measured; they get 2."""
+    return 2 if plan.m_tiles >= WS_LOOKAHEAD_MIN_TILES else 1
+
+
 class NativeTreeVerify:
     """Validated, allocated and planned once; ``run()`` only launches (two kernels).
 
@@ -146,10 +162,11 @@ class NativeTreeVerify:
     head dim 576 on one CUDA device; ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse``
     float32 [B, T, H].  ``rg`` (query rows per CTA / 16) and ``prefix_splits`` override the plan;
     ``impl`` picks the partial kernel (module docstring); ``tma=True`` makes the wgmma kernel
-    load contiguous tiles by TMA (for comparison).
+    load contiguous tiles by TMA (for comparison); ``lookahead`` (1 or 2) how many Q K^T tiles
+    the wgmma_ws kernel keeps ahead of its P V (default: ``ws_lookahead``).
     """
 
-    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False):
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False, lookahead=None):
         import numpy as np
 
         from .. import kernels
@@ -160,6 +177,11 @@ class NativeTreeVerify:
             raise ValueError("tma=True needs the wgmma kernel (impl='wgmma' or 'auto' on sm_90); the mma kernel loads with cp.async only")
         if tma and impl == "wgmma_ws":
             raise ValueError("tma=True needs the wgmma kernel; the wgmma_ws kernel loads with cp.async only")
+        if lookahead not in (None, 1, 2):
+            raise ValueError(f"lookahead must be 1 or 2 (Q K^T tiles issued ahead of P V), got {lookahead!r}")
+        if lookahead is not None and impl not in ("wgmma_ws", "auto"):
+            raise ValueError(f"lookahead is an option of the wgmma_ws kernel, not of {impl!r}")
+
         if impl in HOPPER_IMPLS:
             if rg not in (None, 4):
                 raise ValueError(f"the {impl} kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
@@ -173,9 +195,13 @@ class NativeTreeVerify:
         if x.head_dim != MLA_HEAD_DIM:
             raise ValueError(f"the native kernel is built for head dim {MLA_HEAD_DIM}, got {x.head_dim}")
         dev = x.q.device
+        if tma and impl == "auto":
+            impl = "wgmma" if resolve_impl("auto", dev, rg) != "mma" else "mma"  # the one kernel with TMA loads, where it runs
         impl = resolve_impl(impl, dev, rg)
         if tma and impl != "wgmma":
             raise ValueError(f"tma=True needs the wgmma kernel; 'auto' picked {impl!r} on this GPU")
+        if lookahead is not None and impl != "wgmma_ws":
+            raise ValueError(f"lookahead is an option of the wgmma_ws kernel, not of {impl!r}")
         if impl in HOPPER_IMPLS:
             rg = 4
         for name, t in (("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
@@ -202,12 +228,15 @@ class NativeTreeVerify:
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
         self.impl = impl
+        self.lookahead = None  # wgmma_ws only
         with torch.cuda.device(dev):
             mod = kernels.load_module("tree_verify_mla", dev.index)
             if impl == "wgmma":
                 self._partial = kernels.load_module("tree_verify_mla_wgmma", dev.index).get_function("tree_verify_partial_wgmma")
             elif impl == "wgmma_ws":
-                self._partial = kernels.load_module("tree_verify_mla_ws", dev.index).get_function("tree_verify_partial_ws")
+                self.lookahead = lookahead or ws_lookahead(plan)
+                name = "tree_verify_partial_ws" if self.lookahead == 1 else "tree_verify_partial_ws_la2"
+                self._partial = kernels.load_module("tree_verify_mla_ws", dev.index).get_function(name)
             else:
                 self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
@@ -259,8 +288,8 @@ def _tma_maps(pool: torch.Tensor, tree_kv: torch.Tensor, tree_rows: int):
     return tuple(maps)
 
 
-def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False):
+def tree_verify_attention_native(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, rg=None, prefix_splits=None, check=True, impl="auto", tma=False, lookahead=None):
     """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
-    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma)
+    op = NativeTreeVerify(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, rg=rg, prefix_splits=prefix_splits, check=check, impl=impl, tma=tma, lookahead=lookahead)
     out, lse = op.run()
     return out.clone(), lse.clone()
