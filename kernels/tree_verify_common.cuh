@@ -57,6 +57,24 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
+// Where key `tok` of this split's part starts (its first of `D` elements), and the cp.async
+// byte count: 16, or 0 past the end (the copy then zero-fills; the row read is a valid one).
+// Prefix keys go through the page table, tree keys are the request's nodes in order.
+template <int D>
+__device__ __forceinline__ void key_row(const SplitWork& w, int tok, int b, int T, int page_size, int max_pages,
+                                        const int* __restrict__ page_table, const __nv_bfloat16* __restrict__ kv_pool,
+                                        const __nv_bfloat16* __restrict__ tree_kv, const __nv_bfloat16*& p, int& bytes) {
+  const bool ok = tok < w.kv_len;
+  const int tk = ok ? tok : 0;
+  if (!w.is_tree) {
+    const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
+    p = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
+  } else {
+    p = tree_kv + ((size_t)b * T + tk) * D;
+  }
+  bytes = ok ? 16 : 0;
+}
+
 // Whether key `tok` of this split's part is visible to global query row `grow`: inside the
 // part, and in the tree an ancestor of (or equal to) the row's node.
 __device__ __forceinline__ bool key_visible(int tok, const SplitWork& w, int grow, int R, int H, int T, int b,
@@ -112,6 +130,29 @@ __device__ __forceinline__ void combine_and_mask(float (&s)[BN / 2], const float
   }
 }
 
+// The max over this thread's quad of row r (0: g, 1: g + 8) of a tile's scores.
+template <int BN>
+__device__ __forceinline__ float quad_row_max(const float (&s)[BN / 2], int r) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+}
+
+// Row r's scores -> exp2(s - m_use) in place; returns this thread's share of their sum.
+template <int BN>
+__device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use) {
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+    s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
+    s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
+    sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+  }
+  return sum;
+}
+
 // Online softmax in the log2 domain over one tile, rows g and g + 8: updates the running max
 // m_r and sum l_r (this thread's columns; the quad's sums are added in the epilogue), turns s
 // into P, and returns the factor the running output of each row must be scaled by.
@@ -119,23 +160,11 @@ template <int BN>
 __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2], float (&alpha)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_r[r], mx);
+    const float m_new = fmaxf(m_r[r], quad_row_max<BN>(s, r));
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
     alpha[r] = exp2f(m_r[r] - m_use);
     m_r[r] = m_new;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
-      s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
-      sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-    }
-    l_r[r] = l_r[r] * alpha[r] + sum;
+    l_r[r] = l_r[r] * alpha[r] + exp2_row<BN>(s, r, m_use);
   }
 }
 
@@ -149,25 +178,14 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&
   bool moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mx = quad_row_max<BN>(s, r);
     const bool move = mx > m_r[r] + slack;  // also when m_r is still -inf and the tile has a visible key
     const float m_new = move ? mx : m_r[r];
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
     alpha[r] = move ? exp2f(m_r[r] - m_use) : 1.f;
     m_r[r] = m_new;
     moved |= move;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
-      s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
-      s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
-      sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-    }
-    l_r[r] = l_r[r] * alpha[r] + sum;
+    l_r[r] = l_r[r] * alpha[r] + exp2_row<BN>(s, r, m_use);
   }
   return __any_sync(0xffffffffu, moved);
 }

@@ -114,16 +114,7 @@ __device__ __forceinline__ void verify_partial(
       int bytes[ROWS_PER_WARP];
 #pragma unroll
       for (int j = 0; j < ROWS_PER_WARP; ++j) {
-        const int tok = tok0 + warp + j * NW;
-        const bool ok = tok < w.kv_len;
-        const int tk = ok ? tok : 0;
-        bytes[j] = ok ? 16 : 0;
-        if (!w.is_tree) {
-          const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
-          src[j] = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
-        } else {
-          src[j] = tree_kv + ((size_t)b * T + tk) * D;
-        }
+        tvc::key_row<D>(w, tok0 + warp + j * NW, b, T, page_size, max_pages, page_table, kv_pool, tree_kv, src[j], bytes[j]);
       }
 #pragma unroll
       for (int j = 0; j < ROWS_PER_WARP; ++j) {

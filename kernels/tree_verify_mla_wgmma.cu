@@ -168,16 +168,7 @@ __device__ __forceinline__ void verify_partial(
         return;
       }
       load_rows<BN>(dst, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-        const int tok = (w.tile_begin + tile) * BN + r;
-        const bool ok = tok < w.kv_len;
-        const int tk = ok ? tok : 0;
-        if (!w.is_tree) {
-          const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
-          p = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
-        } else {
-          p = tree_kv + ((size_t)b * T + tk) * D;
-        }
-        bytes = ok ? 16 : 0;
+        tvc::key_row<D>(w, (w.tile_begin + tile) * BN + r, b, T, page_size, max_pages, page_table, kv_pool, tree_kv, p, bytes);
       });
     };
     // TMA: wait for the tile's bytes, then zero its rows past the end of the keys (generic

@@ -13,10 +13,11 @@
 # %% [markdown]
 # # 05 · The native fix: a tree-verify attention kernel that uses the whole GPU
 #
-# Two CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
-# `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables) and
-# `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`, the
-# default on an H100/H200). Both do the same thing:
+# Three CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
+# `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables),
+# `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`) and
+# `kernels/tree_verify_mla_ws.cu` (the same tiles with warp-specialised warpgroups, sm_90a;
+# `native_ws`, the default on an H100/H200). All do the same thing:
 #
 # * **prefix**: read page by page as whole 1152-byte token rows with 16-byte `cp.async`
 #   loads (any page size, page_size=1 included), **split-KV across all SMs** at batch 1,
@@ -37,6 +38,7 @@ measure = "auto"  # "auto" | "always" | "never"
 sweep_file = "context_sweep_h200.json"
 check_file = "native_check_h200.json"
 wgmma_check_file = "native_check_wgmma_h200.json"
+ws_check_file = "native_check_wgmma_ws_h200.json"
 ablation_file = "native_ablation_h200.json"
 headline_context = 185000
 
@@ -69,15 +71,20 @@ assert relative_error(o_split, o_full) < 1e-12
 source = data.choose_source(measure)
 import pandas as pd
 
-hopper = source == "measure" and torch.cuda.get_device_capability() == (9, 0)  # the wgmma kernel runs on sm_90 only
+hopper = source == "measure" and torch.cuda.get_device_capability() == (9, 0)  # the wgmma kernels run on sm_90 only
 if source == "measure":
     checked = {"mma": {"machine": bench.machine_metadata(), "results": bench.check_native(impl="mma")}}
     if hopper:
         checked["wgmma"] = {"machine": bench.machine_metadata(), "results": bench.check_native(impl="wgmma")}
+        checked["wgmma_ws"] = {"machine": bench.machine_metadata(), "results": [r for la in (1, 2) for r in bench.check_native(impl="wgmma_ws", lookahead=la)]}
 else:
-    checked = {"mma": data.load_json(check_file), "wgmma": data.load_json(wgmma_check_file)}
-    print("recorded on:", data.describe_machine(checked["mma"]["machine"]))
+    checked = {"mma": data.load_json(check_file), "wgmma": data.load_json(wgmma_check_file), "wgmma_ws": data.load_json(ws_check_file)}
+    for k, c in checked.items():
+        print(f"{k} recorded on:", data.describe_machine(c["machine"]))
 checks = pd.concat([pd.DataFrame(c["results"]).assign(kernel=k) for k, c in checked.items()], ignore_index=True)
+if "lookahead" in checks:  # the ws kernel's two entry points
+    la = checks.lookahead.dropna()
+    checks.loc[la.index, "kernel"] = checks.loc[la.index, "kernel"] + "_la" + la.astype(int).astype(str)
 checks["ok"] = checks.all_written & (checks.rel_err_out < 1e-2) & (checks.rel_err_lse < 1e-3)
 for k, g in checks.groupby("kernel"):
     print(f"{k}: {int(g.ok.sum())} of {len(g)} cases pass (bf16 output: rel err < 1e-2; lse < 1e-3), worst rel err out {g.rel_err_out.max():.1e}")
@@ -90,14 +97,14 @@ checks[["kernel", "prefix_lens", "nodes", "heads", "page_size", "tree", "splits"
 if source == "measure":
     ceilings = bench.measure_ceilings()
     contexts = (4096, 65536) if smoke else bench.SWEEP_CONTEXTS
-    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma") if hopper else ())
+    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2") if hopper else ())
     doc = {"machine": bench.machine_metadata(), "ceilings": ceilings, "rows": bench.context_sweep(contexts=contexts, impls=impls, rep_ms=20 if smoke else 60)}
 else:
     doc = data.load_json(sweep_file)
     print("recorded on:", data.describe_machine(doc["machine"]))
 ceilings = doc["ceilings"]
 df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
-best = "native_wgmma" if "native_wgmma" in set(df.impl) else "native"  # the kernel this GPU gets by default
+best = next(i for i in ("native_ws", "native_wgmma", "native") if i in set(df.impl))  # the kernel this GPU gets by default
 speed = analysis.speedup_table(df, new=best)
 if best != "native":  # the mma.sync kernel beside it
     mma = analysis.speedup_table(df, new="native").rename(columns={"speedup": "speedup_mma"})
@@ -127,7 +134,7 @@ fig = plots.step_time_vs_context(df, 8, 9, incident=analysis.INCIDENT["step_ms"]
 nat = df[(df.impl == best) & (df.context >= 32768)]
 print(f"{best}:")
 print(nat[["context", "heads", "nodes", "ms", "floor_ms", "x_floor", "bound", "tflop_s", "tb_s"]].round(3).to_string(index=False))
-for impl in sorted({best, "native"}):
+for impl in [i for i in ("native", "native_wgmma", "native_ws") if i in set(df.impl)]:
     x = df[(df.impl == impl) & (df.context >= 32768)].x_floor
     print(f"{impl}: distance from the floor at >= 32k: worst {x.max():.1f}x, best {x.min():.1f}x")
 
@@ -160,14 +167,9 @@ if "native_wgmma" in set(df.impl):
     vs = analysis.speedup_table(df, base="native", new="native_wgmma")
     floors = df[df.impl.isin(["native", "native_wgmma"])].pivot_table(index=["context", "heads", "nodes"], columns="impl", values="x_floor").add_prefix("x_floor_")
     vs = vs.set_index(["context", "heads", "nodes"]).join(floors).reset_index()
-    long = vs[vs.context >= 32768]
-    print(f"wgmma over mma.sync at >= 32k: {long.speedup.min():.2f}x to {long.speedup.max():.2f}x (all contexts: {vs.speedup.min():.2f}x to {vs.speedup.max():.2f}x)")
-    if "native_wgmma_ps1" in set(df.impl):
-        ps = analysis.speedup_table(df, base="native_wgmma_ps1", new="native_wgmma")
-        print(f"wgmma, page_size=1 / page_size=64 time: {ps.speedup.min():.2f}x to {ps.speedup.max():.2f}x")
-    if "native_wgmma_tma" in set(df.impl):
-        tm = analysis.speedup_table(df, base="native_wgmma_tma", new="native_wgmma")
-        print(f"wgmma, TMA tile loads / cp.async tile loads time: {tm.speedup.min():.2f}x to {tm.speedup.max():.2f}x")
+    print(analysis.speedup_range(df, "native", "native_wgmma", "wgmma over mma.sync"))
+    print(analysis.speedup_range(df, "native_wgmma_ps1", "native_wgmma", "wgmma, page_size=1 / page_size=64 time"))
+    print(analysis.speedup_range(df, "native_wgmma_tma", "native_wgmma", "wgmma, TMA tile loads / cp.async tile loads time"))
     wg_table = vs[vs.context == ctx].round(3)
 else:
     print("no wgmma measurements here (not an sm_90 GPU, or an older recording)")
@@ -175,20 +177,57 @@ else:
 wg_table
 
 # %% [markdown]
-# ## 7. Where the time goes: one stage left out at a time
-# The wgmma kernel rebuilt with one stage of its main loop deleted (results wrong by design,
-# same launches), each timed as a fraction of the full kernel.
+# ## 7. Warp-specialised warpgroups (the default on sm_90)
+# `kernels/tree_verify_mla_ws.cu`: the same tiles, split of work and merge, but the two
+# warpgroups no longer do the same thing. In the wgmma kernel above, each computed half of
+# every Q K^T, the partial scores were exchanged through shared memory, both ran the softmax
+# and the CTA met at a barrier on every tile. Here (FlashMLA's split of roles):
+# * warpgroup 0 computes Q K^T over all 576 dims, the softmax, and O[:, :256];
+# * warpgroup 1 issues every tile load (4 stages) and computes O[:, 256:];
+# * P goes through shared memory (two buffers); the warpgroups meet only at named barriers.
+#
+# The softmax moves each row's reference max lazily (only past a 2^8 slack, FlashAttention-4's
+# conditional rescale), so most tiles skip the rescale of 128 output registers per thread.
+# `lookahead` is how many Q K^T tiles warpgroup 0 keeps in flight ahead of its P V. 2 also
+# hides the softmax under the next Q K^T, but it leaves one of the 4 stages for loads in flight
+# instead of two. The default takes 2 from 3 query tiles up (`ws_lookahead`).
+
+# %%
+if "native_ws" in set(df.impl):
+    ws = analysis.speedup_table(df, base="native_wgmma", new="native_ws")
+    print(analysis.speedup_range(df, "native_wgmma", "native_ws", "warp-specialised over wgmma"))
+    print(analysis.speedup_range(df, "native_ws_ps1", "native_ws", "warp-specialised, page_size=1 / page_size=64 time"))
+    if {"native_ws_la1", "native_ws_la2"} <= set(df.impl):
+        la = analysis.speedup_table(df, base="native_ws_la1", new="native_ws_la2")
+        la = la[la.context >= 32768].assign(rows=lambda t: t.heads * t.nodes)
+        for name, g in (("<= 128 rows (2 query tiles)", la[la.rows <= 128]), ("> 128 rows", la[la.rows > 128])):
+            if len(g):
+                print(f"lookahead 2 over 1 at >= 32k, {name}: {g.speedup.min():.3f}x to {g.speedup.max():.3f}x")
+    ws_table = ws[ws.context == ctx].round(3)
+else:
+    print("no warp-specialised measurements here (not an sm_90 GPU, or an older recording)")
+    ws_table = None
+ws_table
+
+# %% [markdown]
+# ## 8. Where the time goes: one stage left out at a time
+# The wgmma kernels rebuilt with one stage of their main loops deleted (results wrong by
+# design, same launches), each timed as a fraction of the full kernel; `eager` is the
+# warp-specialised kernel rescaling on every tile.
 
 # %%
 if hopper:
     shapes = ((65536, 8, 65),) if smoke else ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
-    abl = {"machine": bench.machine_metadata(), "rows": [r for impl in ("wgmma", "wgmma_ws") for r in bench.ablate(shapes=shapes, impl=impl)]}
+    abl = {"machine": bench.machine_metadata(), "rows": bench.ablate(shapes=shapes, impl="wgmma") + [r for la in (1, 2) for r in bench.ablate(shapes=shapes, impl="wgmma_ws", lookahead=la)]}
 else:
     abl = data.load_json(ablation_file)
     for impl, machine in abl.get("runs", {"wgmma": abl["machine"]}).items():  # one recorded run per kernel
         print(f"{impl} recorded on:", data.describe_machine(machine))
 rows = pd.DataFrame(abl["rows"])
 rows["impl"] = rows.get("impl", pd.Series("wgmma", index=rows.index)).fillna("wgmma")  # older recordings: v4 only
+if "lookahead" in rows:
+    la = rows.lookahead.dropna()
+    rows.loc[la.index, "impl"] = rows.loc[la.index, "impl"] + "_la" + la.astype(int).astype(str)
 ablation = rows.pivot_table(index=["impl", "context", "heads", "nodes"], columns="variant", values="vs_full", sort=False)
 ablation.round(2)
 

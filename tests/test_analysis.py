@@ -64,6 +64,14 @@ def test_speedup_table_joins_on_shape():
     assert len(t) == 1 and t.speedup.iloc[0] == 5.0
 
 
+
+def test_speedup_range_reports_long_and_all_contexts():
+    df = pd.DataFrame([dict(impl=i, context=c, heads=8, nodes=9, ms=ms) for i, c, ms in [
+        ("a", 4096, 1.0), ("b", 4096, 2.0), ("a", 65536, 9.0), ("b", 65536, 3.0), ("a", 131072, 8.0), ("b", 131072, 2.0)]])
+    assert analysis.speedup_range(df, "a", "b", "b over a") == "b over a: 3.00x to 4.00x at >= 32k (all contexts: 0.50x to 4.00x)"
+    assert analysis.speedup_range(df[df.context < 32768], "a", "b", "x") == "x: no contexts >= 32k (all contexts: 0.50x to 0.50x)"
+    assert analysis.speedup_range(df, "a", "c", "c over a") == "c over a: not measured here (a or c missing)"
+
 def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     with pytest.raises(ValueError, match="native_foo"):
         bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))

@@ -64,3 +64,14 @@ def speedup_table(df, base: str = "triton", new: str = "native"):
     out["speedup"] = out[f"{base}_ms"] / out[f"{new}_ms"]
     return out.reset_index()
 
+
+
+def speedup_range(df, base: str, new: str, what: str, min_context: int = 32768) -> str:
+    """One line: the range of base / new time at >= ``min_context`` and over all contexts
+    (``speedup_table`` rows), or a note that one of the two was not measured."""
+    t = speedup_table(df, base=base, new=new)
+    if t.empty:
+        return f"{what}: not measured here ({base} or {new} missing)"
+    long = t[t.context >= min_context]
+    part = f"{long.speedup.min():.2f}x to {long.speedup.max():.2f}x at >= {min_context // 1024}k" if len(long) else f"no contexts >= {min_context // 1024}k"
+    return f"{what}: {part} (all contexts: {t.speedup.min():.2f}x to {t.speedup.max():.2f}x)"

@@ -9,7 +9,11 @@ __all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "roofline_f
 _STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "native": ("tab:green", "native CUDA mma.sync, page_size=64"),
           "native_ps1": ("tab:olive", "native CUDA mma.sync, page_size=1"), "torch": ("tab:gray", "naive torch (gather + matmul)"),
           "native_wgmma": ("tab:blue", "native CUDA wgmma, page_size=64"), "native_wgmma_ps1": ("tab:cyan", "native CUDA wgmma, page_size=1"),
-          "native_wgmma_tma": ("tab:purple", "native CUDA wgmma, TMA tile loads, page_size=64")}
+          "native_wgmma_tma": ("tab:purple", "native CUDA wgmma, TMA tile loads, page_size=64"),
+          "native_ws": ("tab:orange", "native CUDA wgmma, warp-specialised, page_size=64"),
+          "native_ws_ps1": ("gold", "native CUDA wgmma, warp-specialised, page_size=1"),
+          "native_ws_la1": ("tab:brown", "warp-specialised, Q K^T 1 tile ahead"),
+          "native_ws_la2": ("tab:pink", "warp-specialised, Q K^T 2 tiles ahead")}
 
 
 def _label(impl):
