@@ -57,22 +57,32 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
-// Where key `tok` of this split's part starts (its first of `D` elements), and the cp.async
-// byte count: 16, or 0 past the end (the copy then zero-fills; the row read is a valid one).
-// Prefix keys go through the page table, tree keys are the request's nodes in order.
+// The pool page of prefix key `tok` (clamped into the prefix; 0 for tree keys, which have none).
+__device__ __forceinline__ int key_page(const SplitWork& w, int tok, int b, int page_size, int max_pages,
+                                        const int* __restrict__ page_table) {
+  const int tk = tok < w.kv_len ? tok : 0;
+  return w.is_tree ? 0 : __ldg(page_table + (size_t)b * max_pages + tk / page_size);
+}
+
+// Where key `tok` of this split's part starts (its first of `D` elements), given its page
+// (key_page), and the cp.async byte count: 16, or 0 past the end (the copy then zero-fills;
+// the row read is a valid one). Tree keys are the request's nodes in order.
+template <int D>
+__device__ __forceinline__ void key_row_in(const SplitWork& w, int tok, int page, int b, int T, int page_size,
+                                           const __nv_bfloat16* __restrict__ kv_pool, const __nv_bfloat16* __restrict__ tree_kv,
+                                           const __nv_bfloat16*& p, int& bytes) {
+  const bool ok = tok < w.kv_len;
+  const int tk = ok ? tok : 0;
+  p = w.is_tree ? tree_kv + ((size_t)b * T + tk) * D : kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
+  bytes = ok ? 16 : 0;
+}
+
+// key_row_in with the page looked up here.
 template <int D>
 __device__ __forceinline__ void key_row(const SplitWork& w, int tok, int b, int T, int page_size, int max_pages,
                                         const int* __restrict__ page_table, const __nv_bfloat16* __restrict__ kv_pool,
                                         const __nv_bfloat16* __restrict__ tree_kv, const __nv_bfloat16*& p, int& bytes) {
-  const bool ok = tok < w.kv_len;
-  const int tk = ok ? tok : 0;
-  if (!w.is_tree) {
-    const int page = __ldg(page_table + (size_t)b * max_pages + tk / page_size);
-    p = kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
-  } else {
-    p = tree_kv + ((size_t)b * T + tk) * D;
-  }
-  bytes = ok ? 16 : 0;
+  key_row_in<D>(w, tok, key_page(w, tok, b, page_size, max_pages, page_table), b, T, page_size, kv_pool, tree_kv, p, bytes);
 }
 
 // Whether key `tok` of this split's part is visible to global query row `grow`: inside the

@@ -9,7 +9,7 @@
 //     K from shared memory), the mask and online softmax, P written to shared memory as bf16
 //     (two buffers, by tile parity), and O[:, 0:256] += P V;
 //   * warpgroup 1 (threads 128-255): every key-tile load (cp.async, 4 stages, issued 3 tiles
-//     ahead; any page size) and O[:, 256:512] += P V, each row rescaled by the factor warpgroup 0
+//     ahead; any page size, each row's page index read one load ahead) and O[:, 256:512] += P V, each row rescaled by the factor warpgroup 0
 //     left beside P. Both read P from shared memory (no P registers: no spills at 255).
 // The softmax moves each row's reference max lazily (online_softmax_lazy, slack 2^8), so on
 // most tiles of a long prefix neither warpgroup rescales its 128 output registers.
@@ -118,17 +118,32 @@ __device__ __forceinline__ void verify_partial_ws(
     if (wg == 1) {
       // ------------------------------------------------ warpgroup 1: loads, O[:, 256:512]
       const int t = tid - WG;
-      auto load_tile = [&](int tile) {
+      // This thread's rows of a tile are load_row<WG>(t, i), i < ROWS_T; their pool pages are
+      // read one load ahead (page_size 1: every row is its own page-table entry, and the read
+      // would otherwise sit in front of the row's cp.async)
+      constexpr int ROWS_T = BN / (WG / 8);
+      static_assert(ROWS_T == 2, "load_tile picks a row's page out of two");
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
+#pragma unroll
+        for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::key_page(w, (w.tile_begin + tile) * BN + load_row<WG>(t, i), b, page_size, max_pages, page_table);
+      };
+      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
         load_rows<BN, WG>(stage(tile), t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-          tvc::key_row<D>(w, (w.tile_begin + tile) * BN + r, b, T, page_size, max_pages, page_table, kv_pool, tree_kv, p, bytes);
+          const int page = r < WG / 8 ? pg[0] : pg[1];  // (a select: indexing pg by r would put it in local memory)
+          tvc::key_row_in<D>(w, (w.tile_begin + tile) * BN + r, page, b, T, page_size, kv_pool, tree_kv, p, bytes);
         });
       };
+      int pg[ROWS_T];
       // cp.async groups: Q, tiles 0, 1, 2, then one per iteration (tile j + 3, or empty)
 #pragma unroll
       for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n) load_tile(s);
+        if (s < n) {
+          pages_of(s, pg);
+          load_tile(s, pg);
+        }
         cp_async_commit();
       }
+      if (STAGES - 1 < n) pages_of(STAGES - 1, pg);
       cp_async_wait<STAGES - 1 - LA>();  // Q and tiles 0 .. LA - 1 (wg0 starts with Q K^T of those)
       fence_proxy_async();
       __syncthreads();  // (1) Q and tiles 0 .. LA - 1 visible to both warpgroups
@@ -156,7 +171,8 @@ __device__ __forceinline__ void verify_partial_ws(
           // (tile j + 1) only after step j + 1 began, which waits for our K_READY of iteration
           // j + 1: after this wait.
           if (j > 0) bar_sync(BAR_K_FREE + ((j - 1) & 1), NT);
-          load_tile(j + STAGES - 1);
+          load_tile(j + STAGES - 1, pg);
+          if (j + STAGES < n) pages_of(j + STAGES, pg);  // used next iteration
         }
         cp_async_commit();
         wgmma_wait<0>();

@@ -233,17 +233,28 @@ ablation.round(2)
 
 # %% [markdown]
 # **Reading the numbers honestly** (the recorded H200 run; re-measure with `measure="always"`).
-# The native kernels remove the collapse: at 185k context, H=8 and a 9-node tree, 61 layers of
-# verify attention take about 11 ms instead of 1.9 s, and reading pages of one token costs at
-# most 1.25x of reading pages of 64. They are still about 2x to 6x above the roofline floor
-# (the 6x is the 72-row problem at 32k: two 64-row tiles for 72 rows, in 53 us where the
-# floor is 9 us). By the floor's arithmetic every shape here except the smallest is compute-bound;
-# the wgmma kernel peaks near 330 TFLOP/s against a GEMM measured at 700-800 TFLOP/s.
-# The ablation no longer points at one stage. Loads and barriers alone take 55-63% of the
-# full time, and dropping the loads or the matrix multiplies each saves only 19-32%. One CTA
-# of 200 KB of shared memory per SM runs its 32-key tiles as a serial chain (wait, Q K^T,
-# partial-S exchange, softmax, P V) whose parts overlap only partly. TMA tile loads (0-7%
-# slower, 4% on average) and pairs of CTAs sharing tiles by TMA multicast (20% slower: the cluster barrier per
-# tile costs more than the halved L2 traffic saves) were measured and not kept.
+#
+# **The collapse is gone.** At 185k context, H=8 and a 9-node tree, 61 layers of verify
+# attention take about 9.6 ms on the warp-specialised kernel instead of 1.97 s for the
+# page_size=1 baseline, and at page size 1 too (pages of one token now cost at most 1.03x of
+# pages of 64: each row's page index is read one tile load ahead).
+#
+# **It is not at the hardware's limit.** The kernel is 1.7x to 6.4x above the roofline floor
+# at >= 32k, peaking near 460-480 TFLOP/s against a bf16 GEMM measured at 780-800.
+# - Every shape of >= 520 query rows is within 1.7-2.6x of the floor.
+# - The 6.4x is the 72-row problem at 32k: two 64-row tiles for 72 rows, 57 us where the
+#   floor is 9 us. There the warp-specialised kernel is 5% slower than the wgmma kernel.
+#
+# **What bounds it now** (the ablations):
+# - The wgmma kernel runs one serial chain per tile (wait, Q K^T, partial-S exchange,
+#   softmax, P V) inside one 200 KB CTA per SM.
+# - The warp-specialised kernel gives the loads and half of P V to its second warpgroup.
+#   Its bound is then warpgroup 0's Q K^T -> softmax chain with Q K^T one tile ahead. With
+#   two tiles ahead it is the now shallower loads.
+#
+# **Measured and not kept:** TMA tile loads (0-7% slower), pairs of CTAs sharing tiles by
+# TMA multicast (20% slower), and a third warpgroup holding Q in registers (its fragments
+# spill under any `setmaxnreg` split ptxas accepts).
+#
 # `docs/kernel_notes.md` records each version, its prediction and its outcome. At 4k context
 # and below the small shapes (<= 65 nodes) take 20-40 us, mostly fixed cost.

@@ -346,7 +346,7 @@ _ABLATIONS = {
         "rescale": [("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", ""),
                     ("if (rescale) tvc::rescale_rows(o, alpha);", "")],
         # the loop's tile loads (the first three, before the loop, stay)
-        "loads": [("          load_tile(j + STAGES - 1);\n", "")],
+        "loads": [("          load_tile(j + STAGES - 1, pg);\n", "")],
         # not a stage: every tile rescales (the reference max follows the running max exactly)
         "eager": [("constexpr float RESCALE_SLACK = 8.f;", "constexpr float RESCALE_SLACK = 0.f;"),
                   ("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", "tvc::rescale_rows(o, alpha);"),

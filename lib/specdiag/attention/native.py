@@ -17,7 +17,8 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
 * ``impl="auto"`` (default): ``wgmma_ws`` on an sm_90 GPU, ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
-data/native_check_wgmma_h200.json) and timed in data/context_sweep_h200.json.
+data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json) and timed in
+data/context_sweep_h200.json.
 """
 
 from __future__ import annotations
