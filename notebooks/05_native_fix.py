@@ -17,7 +17,7 @@
 # `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables),
 # `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`) and
 # `kernels/tree_verify_mla_ws.cu` (the same tiles with warp-specialised warpgroups, sm_90a;
-# `native_ws`, the default on an H100/H200). All do the same thing:
+# `native_ws`, the default on an H100/H200 from a 16k-token prefix on). All do the same thing:
 #
 # * **prefix**: read page by page as whole 1152-byte token rows with 16-byte `cp.async`
 #   loads (any page size, page_size=1 included), **split-KV across all SMs** at batch 1,
@@ -177,7 +177,7 @@ else:
 wg_table
 
 # %% [markdown]
-# ## 7. Warp-specialised warpgroups (the default on sm_90)
+# ## 7. Warp-specialised warpgroups (the default on sm_90 from 16k tokens)
 # `kernels/tree_verify_mla_ws.cu`: the same tiles, split of work and merge, but the two
 # warpgroups no longer do the same thing. In the wgmma kernel above, each computed half of
 # every Q K^T, the partial scores were exchanged through shared memory, both ran the softmax

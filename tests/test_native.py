@@ -233,6 +233,9 @@ def test_auto_picks_wgmma_ws_on_sm90_only(monkeypatch):
     for cap, rg, want in [((9, 0), None, "wgmma_ws"), ((9, 0), 4, "wgmma_ws"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
         assert resolve_impl("auto", None, rg) == want, (cap, rg)
+        if want == "wgmma_ws":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
+            assert resolve_impl("auto", None, rg, max_prefix=16383) == "wgmma"
+            assert resolve_impl("auto", None, rg, max_prefix=16384) == "wgmma_ws"
     assert resolve_impl("mma", None) == "mma" and resolve_impl("wgmma", None) == "wgmma"
     with pytest.raises(ValueError, match="impl must be"):
         resolve_impl("fastest", None)

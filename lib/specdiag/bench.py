@@ -324,7 +324,7 @@ def tune(configs=((131072, 8, 9), (131072, 64, 65), (32768, 8, 257)), rep_ms: fl
     return rows
 
 
-# Stage ablation of the wgmma kernel: each variant deletes (or stubs) one stage of the main
+# Stage ablation of the Hopper kernels: each variant deletes (or stubs) one stage of the main
 # loop in the source text. Results are wrong by design; only the time means something.
 # kernel -> stage -> source edits (old text, new text) that leave that stage out
 _ABLATIONS = {
@@ -354,7 +354,10 @@ _ABLATIONS = {
     },
 }
 ABLATION_KERNELS = {"wgmma": "tree_verify_mla_wgmma", "wgmma_ws": "tree_verify_mla_ws"}  # impl -> source
+
+
 def _partial_function(kernel: str, lookahead: int = 1) -> str:
+    """The partial kernel's entry point in an ablation source (the ws kernel has one per lookahead)."""
     if kernel == "tree_verify_mla_wgmma":
         return "tree_verify_partial_wgmma"
     return "tree_verify_partial_ws" if lookahead == 1 else "tree_verify_partial_ws_la2"

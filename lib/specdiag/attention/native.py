@@ -11,10 +11,11 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   the tensor maps): 0-7% slower on the H200 (4% on average), so not the default;
 * ``impl="wgmma_ws"``: ``kernels/tree_verify_mla_ws.cu``, the same tiles with the warpgroups
   specialised (FlashMLA's split of roles): warpgroup 0 computes Q K^T over all 576 dims, the
-  softmax and half of P V, two Q K^T ahead of its P V; warpgroup 1 loads the key tiles
+  softmax and half of P V, one or two Q K^T ahead of its P V (``lookahead``); warpgroup 1 loads the key tiles
   (4 stages) and computes the other half of P V; P goes through shared memory (two buffers);
   they meet at named barriers only (sm_90a);
-* ``impl="auto"`` (default): ``wgmma_ws`` on an sm_90 GPU, ``mma`` elsewhere.
+* ``impl="auto"`` (default): on an sm_90 GPU ``wgmma_ws`` from a 16k-token prefix on and
+  ``wgmma`` below it (``resolve_impl``), ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
 data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json) and timed in
@@ -30,7 +31,7 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "AUTO_WS_MIN_PREFIX", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
@@ -41,12 +42,20 @@ HOPPER_IMPLS = ("wgmma", "wgmma_ws")  # sm_90a only, 64 query rows per CTA
 WS_STAGES = 4  # key-tile stages of the wgmma_ws kernel
 
 
-def resolve_impl(impl: str, device, rg: int | None = None) -> str:
-    """``"auto"`` -> the fastest kernel the device can run: wgmma_ws on sm_90 (1.0-1.4x over
-    wgmma at every shape of the H200 sweep), else mma (also when an ``rg`` other than 4 asks for
-    fewer query rows per CTA, which only mma has)."""
+AUTO_WS_MIN_PREFIX = 16384  # "auto" on sm_90: wgmma_ws from this longest prefix on, wgmma below
+
+
+def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None) -> str:
+    """``"auto"`` -> the fastest kernel the device can run. On sm_90 that is wgmma_ws when the
+    longest prefix is at least ``AUTO_WS_MIN_PREFIX`` (or unknown), else wgmma. In the H200
+    sweep wgmma_ws was 0.95-1.42x of wgmma's speed at >= 32k and mostly faster at 16k (the
+    72-row shapes are its losses), but 0.77-1.0x at <= 4k, where fixed costs dominate.
+    Elsewhere it is mma, also when an ``rg`` other than 4 asks for fewer query rows per CTA,
+    which only mma has."""
     if impl == "auto":
-        return "wgmma_ws" if torch.cuda.get_device_capability(device) == (9, 0) and rg in (None, 4) else "mma"
+        if torch.cuda.get_device_capability(device) != (9, 0) or rg not in (None, 4):
+            return "mma"
+        return "wgmma" if max_prefix is not None and max_prefix < AUTO_WS_MIN_PREFIX else "wgmma_ws"
     if impl not in IMPLS:
         raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
     return impl
@@ -198,7 +207,7 @@ class NativeTreeVerify:
         dev = x.q.device
         if tma and impl == "auto":
             impl = "wgmma" if resolve_impl("auto", dev, rg) != "mma" else "mma"  # the one kernel with TMA loads, where it runs
-        impl = resolve_impl(impl, dev, rg)
+        impl = resolve_impl(impl, dev, rg, max_prefix=int(x.prefix_lens.max()))
         if tma and impl != "wgmma":
             raise ValueError(f"tma=True needs the wgmma kernel; 'auto' picked {impl!r} on this GPU")
         if lookahead is not None and impl != "wgmma_ws":
