@@ -82,9 +82,7 @@ else:
     for k, c in checked.items():
         print(f"{k} recorded on:", data.describe_machine(c["machine"]))
 checks = pd.concat([pd.DataFrame(c["results"]).assign(kernel=k) for k, c in checked.items()], ignore_index=True)
-if "lookahead" in checks:  # the ws kernel's two entry points
-    la = checks.lookahead.dropna()
-    checks.loc[la.index, "kernel"] = checks.loc[la.index, "kernel"] + "_la" + la.astype(int).astype(str)
+checks["kernel"] = analysis.lookahead_labels(checks, "kernel")  # the ws kernel's two entry points
 checks["ok"] = checks.all_written & (checks.rel_err_out < 1e-2) & (checks.rel_err_lse < 1e-3)
 for k, g in checks.groupby("kernel"):
     print(f"{k}: {int(g.ok.sum())} of {len(g)} cases pass (bf16 output: rel err < 1e-2; lse < 1e-3), worst rel err out {g.rel_err_out.max():.1e}")
@@ -104,7 +102,7 @@ else:
     print("recorded on:", data.describe_machine(doc["machine"]))
 ceilings = doc["ceilings"]
 df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
-best = next(i for i in ("native_ws", "native_wgmma", "native") if i in set(df.impl))  # the kernel this GPU gets by default
+best = next(i for i in ("native_ws", "native_wgmma", "native") if i in set(df.impl))  # the fastest at long context (the default from a 16k prefix)
 speed = analysis.speedup_table(df, new=best)
 if best != "native":  # the mma.sync kernel beside it
     mma = analysis.speedup_table(df, new="native").rename(columns={"speedup": "speedup_mma"})
@@ -225,9 +223,7 @@ else:
         print(f"{impl} recorded on:", data.describe_machine(machine))
 rows = pd.DataFrame(abl["rows"])
 rows["impl"] = rows.get("impl", pd.Series("wgmma", index=rows.index)).fillna("wgmma")  # older recordings: v4 only
-if "lookahead" in rows:
-    la = rows.lookahead.dropna()
-    rows.loc[la.index, "impl"] = rows.loc[la.index, "impl"] + "_la" + la.astype(int).astype(str)
+rows["impl"] = analysis.lookahead_labels(rows)
 ablation = rows.pivot_table(index=["impl", "context", "heads", "nodes"], columns="variant", values="vs_full", sort=False)
 ablation.round(2)
 

@@ -72,6 +72,12 @@ def test_speedup_range_reports_long_and_all_contexts():
     assert analysis.speedup_range(df[df.context < 32768], "a", "b", "x") == "x: no contexts >= 32k (all contexts: 0.50x to 0.50x)"
     assert analysis.speedup_range(df, "a", "c", "c over a") == "c over a: not measured here (a or c missing)"
 
+
+def test_lookahead_labels_name_each_ws_entry_point():
+    df = pd.DataFrame([dict(impl="wgmma", lookahead=None), dict(impl="wgmma_ws", lookahead=1.0), dict(impl="wgmma_ws", lookahead=2.0)])
+    assert list(analysis.lookahead_labels(df)) == ["wgmma", "wgmma_ws_la1", "wgmma_ws_la2"]
+    assert list(analysis.lookahead_labels(pd.DataFrame([dict(impl="mma")]))) == ["mma"]  # no lookahead column
+
 def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     with pytest.raises(ValueError, match="native_foo"):
         bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))

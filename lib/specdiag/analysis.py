@@ -75,3 +75,13 @@ def speedup_range(df, base: str, new: str, what: str, min_context: int = 32768) 
     long = t[t.context >= min_context]
     part = f"{long.speedup.min():.2f}x to {long.speedup.max():.2f}x at >= {min_context // 1024}k" if len(long) else f"no contexts >= {min_context // 1024}k"
     return f"{what}: {part} (all contexts: {t.speedup.min():.2f}x to {t.speedup.max():.2f}x)"
+
+
+def lookahead_labels(frame, column: str = "impl"):
+    """``frame[column]`` with ``_la1`` / ``_la2`` appended where a row has a ``lookahead`` (the
+    wgmma_ws kernel's entry points), so each entry point gets a label of its own."""
+    out = frame[column].astype(str).copy()
+    if "lookahead" in frame:
+        la = frame.lookahead.dropna()
+        out.loc[la.index] = out.loc[la.index] + "_la" + la.astype(int).astype(str)
+    return out
