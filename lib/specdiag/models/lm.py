@@ -4,12 +4,14 @@ Target: a pre-LN decoder-only transformer with rotary positions. ``forward_tree`
 DDTree verify pass: the tree's tokens at positions ``start + depth`` attend to the whole cached
 prefix and, inside the tree, only to their ancestors.
 
-Drafter: the same architecture with **sliding-window attention** (it only ever sees the last
-``window`` tokens, in training and in its *draft KV cache*) and a ``draft`` call that returns
-``block`` per-position distributions, the input DDTree needs. The positions are drafted
-autoregressively along the drafter's own greedy path (``block`` tiny passes), EAGLE-style,
-rather than in one block-parallel pass as DFlash does: a block-parallel drafter of this size
-did not learn to copy within the training budget (see the notes on issue 5).
+Drafters, both with **sliding-window attention** (they only ever see the last ``window``
+tokens, in training and in their *draft KV cache*) and a ``draft`` call that returns ``block``
+per-position distributions, the input DDTree needs:
+
+* ``BlockDrafter`` (the shipped one): DFlash-style, all ``block`` distributions from **one**
+  block pass over the cached window (``BlockHead``: mask queries with per-slot copy heads);
+* ``Drafter``: its encoder on its own, drafting autoregressively along its greedy path
+  (``block`` tiny passes, EAGLE-style); kept as the comparison.
 
 YaRN (Peng et al. 2023): frequencies whose wavelength is short compared with the original
 training length are kept, long ones are interpolated by ``factor``, with a linear ramp
@@ -26,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["LMConfig", "DrafterConfig", "yarn_inv_freq", "TargetLM", "Drafter", "KVCache"]
+__all__ = ["LMConfig", "DrafterConfig", "yarn_inv_freq", "TargetLM", "Drafter", "BlockHead", "BlockDrafter", "KVCache", "block_targets"]
 
 
 @dataclass
@@ -80,12 +82,16 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, inv_freq: torch.Tensor) -> to
 
 
 class KVCache:
-    """Per-layer K/V [H, S, Dh] lists, appended along S."""
+    """Per-layer K/V [H, S, Dh] lists, appended along S. A block drafter's cache also keeps,
+    per cached position, the final hidden state (``feats`` [S, dim]) and the token (``tokens``
+    [S]), trimmed with the K/V."""
 
     def __init__(self, layers: int):
         self.k = [None] * layers
         self.v = [None] * layers
         self.last_logits = None  # the drafter's prediction after the newest cached token
+        self.feats = None
+        self.tokens = None
 
     @property
     def length(self) -> int:
@@ -101,15 +107,23 @@ class KVCache:
             self.k[layer] = torch.cat([self.k[layer], k], dim=1)
             self.v[layer] = torch.cat([self.v[layer], v], dim=1)
 
+    def append_feats(self, feats, tokens):
+        self.feats = feats if self.feats is None else torch.cat([self.feats, feats])
+        self.tokens = tokens if self.tokens is None else torch.cat([self.tokens, tokens])
+
     def truncate(self, n: int):
         for i in range(len(self.k)):
             if self.k[i] is not None:
                 self.k[i], self.v[i] = self.k[i][:, :n], self.v[i][:, :n]
+        if self.feats is not None:
+            self.feats, self.tokens = self.feats[:n], self.tokens[:n]
 
     def keep_last(self, n: int):
         for i in range(len(self.k)):
             if self.k[i] is not None:
                 self.k[i], self.v[i] = self.k[i][:, -n:], self.v[i][:, -n:]
+        if self.feats is not None:
+            self.feats, self.tokens = self.feats[-n:], self.tokens[-n:]
 
 
 class Block(nn.Module):
@@ -167,6 +181,10 @@ class TargetLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, window: int | None = None) -> torch.Tensor:
         """Training: tokens [B, S] -> logits [B, S, V], causal (within ``window`` tokens if given)."""
+        return self.head(self.hidden(tokens, window))
+
+    def hidden(self, tokens: torch.Tensor, window: int | None = None) -> torch.Tensor:
+        """The final (layer-normed) hidden states [B, S, dim] that ``forward`` feeds its head."""
         s = tokens.shape[1]
         pos = torch.arange(s, device=tokens.device)
         mask = None
@@ -179,16 +197,17 @@ class TargetLM(nn.Module):
             scale = self.mscale / math.sqrt(q.shape[-1])
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale) if mask is None else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
             x = blk.finish(x, att)
-        return self.head(self.ln(x))
+        return self.ln(x)
 
     @torch.no_grad()
-    def prefill(self, tokens: torch.Tensor, cache: KVCache, max_scores: int = 1 << 26, start_pos: int | None = None) -> torch.Tensor:
-        """tokens [S] appended to ``cache`` (chunked causal prefill); returns the last logits.
+    def prefill(self, tokens: torch.Tensor, cache: KVCache, max_scores: int = 1 << 26, start_pos: int | None = None, return_hidden: bool = False):
+        """tokens [S] appended to ``cache`` (chunked causal prefill); returns the last logits,
+        and with ``return_hidden`` also the final hidden states [S, dim] of all the tokens.
 
         Positions continue from ``start_pos`` (default: the cache's length). Chunks are sized
         so one chunk's mask (chunk x total keys) stays under ``max_scores``.
         """
-        out = None
+        out, hidden = None, []
         total = cache.length + tokens.numel()
         chunk = max(64, min(4096, max_scores // max(1, total)))
         offset = 0 if start_pos is None else start_pos - cache.length
@@ -206,8 +225,10 @@ class TargetLM(nn.Module):
                 mask = torch.ones(n, start + n, dtype=torch.bool, device=tokens.device).tril(diagonal=start)
                 x = blk.finish(x, _sdpa(q[0], kk, vv, mask, self.mscale)[None])
                 cache.append(li, k[0], v[0])
-            out = self.head(self.ln(x[0, -1]))
-        return out
+            h = self.ln(x[0])
+            hidden.append(h)
+            out = self.head(h[-1])
+        return (out, torch.cat(hidden)) if return_hidden else out
 
     @torch.no_grad()
     def forward_tree(self, tokens: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor, cache: KVCache):
@@ -264,3 +285,113 @@ class Drafter(TargetLM):
                 logits = self.prefill(tok.to(dev), cache, start_pos=next_pos + j)
         cache.truncate(keep)
         return torch.stack(out)
+
+
+class BlockHead(nn.Module):
+    """The block pass of ``BlockDrafter``: ``block`` mask queries over the context, in one pass.
+
+    The query for slot j (drafting the token j + 1 after the root) is the root's hidden state
+    through a per-slot projection. It attends over the context window with **per-slot key
+    offsets** (copy heads): the key at context position i is the hidden state at i - 1 - j, the
+    value the token at i. A query whose local context matches the one j + 1 tokens before i
+    therefore reads the token at i, which is exactly "copy what followed the last time", for
+    every slot at once. A learned null key lets a query match nothing (free prose). An MLP over
+    [root hidden + slot embedding, attention output] gives the slot's logits.
+    """
+
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        d, h = cfg.dim, cfg.heads
+        if d % h:
+            raise ValueError(f"dim {d} must divide into {h} heads")
+        self.block, self.heads, self.vocab = cfg.block, h, cfg.vocab
+        self.slot = nn.Embedding(cfg.block, d)
+        self.q = nn.Linear(d, d * cfg.block, bias=False)  # one query projection per slot
+        self.k = nn.Linear(d, d, bias=False)
+        self.v = nn.Embedding(cfg.vocab, d)
+        self.null_k = nn.Parameter(torch.zeros(h, 1, d // h))
+        self.null_v = nn.Parameter(torch.zeros(h, 1, d // h))
+        self.ln = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(2 * d, cfg.ffn), nn.GELU(), nn.Linear(cfg.ffn, d))
+        self.out = nn.Linear(d, cfg.vocab)
+
+    def forward(self, feats: torch.Tensor, tokens: torch.Tensor, window: int, last_only: bool = False) -> torch.Tensor:
+        """feats [b, S, dim] and tokens [b, S] of a context -> logits [b, S, block, V]: row p
+        drafts positions p + 1 .. p + block from the window of ``window`` tokens ending at p
+        (only the last row, [b, 1, block, V], with ``last_only``)."""
+        b, s, d = feats.shape
+        if tokens.shape != (b, s):
+            raise ValueError(f"tokens {tuple(tokens.shape)} do not match feats {tuple(feats.shape)}")
+        h, dh = self.heads, d // self.heads
+        rows = feats[:, -1:] if last_only else feats
+        r = rows.shape[1]
+        q = self.q(rows).view(b, r, self.block, h, dh)
+        kb = self.k(feats).view(b, s, h, dh).transpose(1, 2)
+        vals = torch.cat([self.null_v.expand(b, h, 1, dh), self.v(tokens).view(b, s, h, dh).transpose(1, 2)], 2)
+        p = torch.arange(s - r, s, device=feats.device)[:, None]
+        i = torch.arange(s, device=feats.device)[None]
+        null = torch.ones(r, 1, dtype=torch.bool, device=feats.device)
+        outs = []
+        for j in range(self.block):
+            keys = torch.cat([self.null_k.expand(b, h, 1, dh), F.pad(kb, (0, 0, 1 + j, 0))[:, :, :s]], 2)  # key at i: hidden at i - 1 - j
+            mask = (i <= p) & (i >= p - window + 2 + j) & (i >= 1 + j)  # both i and i - 1 - j inside the window
+            att = F.scaled_dot_product_attention(q[:, :, j].transpose(1, 2), keys, vals, attn_mask=torch.cat([null, mask], 1))
+            outs.append(att.transpose(1, 2).reshape(b, r, d))
+        o = torch.stack(outs, 2)  # [b, r, block, dim]
+        z = torch.cat([(rows[:, :, None] + self.slot.weight).to(o.dtype), o], -1)
+        return self.out(self.ln(o + self.mlp(z)))
+
+
+def block_targets(tokens: torch.Tensor, block: int, ignore_index: int = -100) -> torch.Tensor:
+    """tokens [b, S] -> the block head's targets [b, S, block]: row p, slot j is token p + 1 + j
+    (``ignore_index`` past the end)."""
+    b, s = tokens.shape
+    out = torch.full((b, s, block), ignore_index, dtype=tokens.dtype, device=tokens.device)
+    for j in range(block):
+        out[:, : max(0, s - 1 - j), j] = tokens[:, 1 + j :]
+    return out
+
+
+class BlockDrafter(Drafter):
+    """DFlash-style block-parallel drafter: one pass gives the ``block`` per-position distributions.
+
+    A sliding-window causal LM (RoPE + YaRN, the draft KV cache, as in ``Drafter``) encodes the
+    committed tokens; the draft cache also keeps each position's final hidden state. ``draft``
+    is then a single ``BlockHead`` pass over the cached window: the distributions of all block
+    positions at once, none conditioned on the drafter's own guesses (the marginals DDTree's
+    tree is built from). The encoder is trained as an LM, the head on top of it
+    (``train.train_block_head``).
+    """
+
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__(cfg)
+        self.block_head = BlockHead(cfg)
+
+    def autoregressive(self) -> Drafter:
+        """The encoder on its own as an autoregressive ``Drafter`` (a copy of its weights): the
+        same LM drafting its block along its own greedy path, for comparison."""
+        ar = Drafter(self.cfg).to(self.head.weight.device)
+        ar.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith("block_head.")})
+        ar.window = self.window
+        return ar.train(self.training)
+
+    def block_logits(self, tokens: torch.Tensor, window: int | None = None) -> torch.Tensor:
+        """Training: tokens [b, S] -> block logits [b, S, block, V] (``block_targets`` are the labels)."""
+        w = self.window if window is None else window
+        return self.block_head(self.hidden(tokens, window=w), tokens, w)
+
+    @torch.no_grad()
+    def extend_cache(self, tokens: torch.Tensor, start_pos: int, cache: KVCache) -> None:
+        cache.last_logits, feats = self.prefill(tokens, cache, start_pos=start_pos, return_hidden=True)
+        cache.append_feats(feats, tokens)
+        cache.keep_last(self.window)
+
+    @torch.no_grad()
+    def draft(self, next_pos: int, cache: KVCache) -> torch.Tensor:
+        """Log-probabilities [block, V] for positions next_pos .. next_pos + block - 1, from one
+        block pass over the cached window (the head uses relative offsets only, so ``next_pos``
+        only names the positions)."""
+        if cache.feats is None:
+            raise ValueError("the draft cache is empty: extend_cache() with the committed tokens first")
+        logits = self.block_head(cache.feats[None], cache.tokens[None], self.window, last_only=True)[0, 0]
+        return torch.log_softmax(logits.float(), -1)

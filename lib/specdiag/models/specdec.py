@@ -21,9 +21,9 @@ import torch
 
 from ..tree import apply_compaction, build_ddtree, compaction_indices, verify_greedy
 from .corpus import MarkovProse, repeated
-from .lm import Drafter, KVCache, TargetLM
+from .lm import BlockDrafter, Drafter, KVCache, TargetLM
 
-__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "FAULTS"]
+__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "drafter_kind", "FAULTS"]
 
 
 @dataclass
@@ -158,15 +158,22 @@ def make_prompt(kind: str, length: int, vocab: int = 64, seed: int = 0, period: 
     raise ValueError(f"prompt kind must be 'predictable' or 'prose', got {kind!r}")
 
 
+def drafter_kind(drafter: Drafter) -> str:
+    """'block' (one block-parallel pass, DFlash-style) or 'autoregressive' (EAGLE-style)."""
+    return "block" if isinstance(drafter, BlockDrafter) else "autoregressive"
+
+
 def validation_sweep(target, drafter, contexts=(1024, 16384, 65536, 131072), kinds=("predictable", "prose"), faults=FAULTS, new_tokens: int = 64, budget: int = 16, seed: int = 0, progress=print) -> list[dict]:
+    """Mean commit length per (context, text, fault); each row names the drafter's kind."""
     rows = []
+    kind_of_drafter = drafter_kind(drafter)
     for ctx in contexts:
         for kind in kinds:
             prompt = make_prompt(kind, ctx, target.cfg.vocab, seed=seed)
             for name, f in faults.items():
                 r = speculative_generate(target, drafter, prompt, new_tokens, budget=budget, faults=f)
-                rows.append(dict(context=ctx, text=kind, fault=name, mean_commit=r.mean_commit, steps=len(r.commit_lengths), commit_lengths=r.commit_lengths, seconds=r.seconds, **{"fault_detail": asdict(f)}))
-                progress(f"ctx={ctx:>6} {kind:>11} {name:>15}: mean commit {r.mean_commit:.2f} over {len(r.commit_lengths)} steps ({r.seconds:.1f}s)")
+                rows.append(dict(drafter=kind_of_drafter, context=ctx, text=kind, fault=name, mean_commit=r.mean_commit, steps=len(r.commit_lengths), commit_lengths=r.commit_lengths, seconds=r.seconds, **{"fault_detail": asdict(f)}))
+                progress(f"{kind_of_drafter:>14} ctx={ctx:>6} {kind:>11} {name:>15}: mean commit {r.mean_commit:.2f} over {len(r.commit_lengths)} steps ({r.seconds:.1f}s)")
     return rows
 
 
@@ -185,20 +192,31 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default="1024,16384,65536,131072")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--drafters", default="block,autoregressive", help="which drafters of the folder to sweep: block (the block drafter as shipped), autoregressive (its encoder drafting on its own)")
     a = ap.parse_args(argv)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     target, drafter = load_models(a.models, dev)
     contexts = tuple(int(c) for c in a.contexts.split(","))
-    rows = validation_sweep(target, drafter, contexts=contexts, new_tokens=a.new_tokens, budget=a.budget)
-    lossless = []
-    for ctx in contexts[:2]:
-        for kind in ("predictable", "prose"):
-            p = make_prompt(kind, ctx, target.cfg.vocab)
-            spec = speculative_generate(target, drafter, p, a.new_tokens, budget=a.budget).tokens
-            lossless.append(dict(context=ctx, text=kind, equal=spec == greedy_generate(target, p, a.new_tokens)))
-            print("lossless", lossless[-1])
-    accuracy = continuation_accuracy(target, drafter, contexts=contexts)
-    doc = {"kind": "drafter_validation", "machine": machine_metadata(), "budget": a.budget, "new_tokens": a.new_tokens, "rows": rows, "lossless": lossless, "accuracy": accuracy}
+    wanted = [k.strip() for k in a.drafters.split(",") if k.strip()]
+    drafters = {}
+    for k in wanted:
+        if k == "block" and isinstance(drafter, BlockDrafter):
+            drafters[k] = drafter
+        elif k == "autoregressive":
+            drafters[k] = drafter.autoregressive() if isinstance(drafter, BlockDrafter) else drafter
+        else:
+            ap.error(f"--drafters: {k!r} is not available from {a.models} (a {type(drafter).__name__}); choose from block, autoregressive")
+    rows, lossless, accuracy = [], [], []
+    for k, d in drafters.items():
+        rows += validation_sweep(target, d, contexts=contexts, new_tokens=a.new_tokens, budget=a.budget)
+        for ctx in contexts[:2]:
+            for kind in ("predictable", "prose"):
+                p = make_prompt(kind, ctx, target.cfg.vocab)
+                spec = speculative_generate(target, d, p, a.new_tokens, budget=a.budget).tokens
+                lossless.append(dict(drafter=k, context=ctx, text=kind, equal=spec == greedy_generate(target, p, a.new_tokens)))
+                print("lossless", lossless[-1])
+        accuracy += continuation_accuracy(target, d, contexts=contexts)
+    doc = {"kind": "drafter_validation", "machine": machine_metadata(), "budget": a.budget, "new_tokens": a.new_tokens, "drafters": list(drafters), "rows": rows, "lossless": lossless, "accuracy": accuracy}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
     return 0 if all(x["equal"] for x in lossless) else 1
@@ -211,19 +229,33 @@ def continuation_accuracy(target: TargetLM, drafter: Drafter, contexts=(1024, 40
     of the sweep's prompts (target with the sweep's YaRN; drafter through its window).
 
     Commit length measures drafter-target *agreement*; this splits it: on predictable text the
-    right answer is known, so a drop can be pinned on the model that stops finding it.
+    right answer is known, so a drop can be pinned on the model that stops finding it. A block
+    drafter is scored on what it drafts: its block head's first slot (``drafter_acc``) and all
+    ``block`` slots of the rows whose whole block lies in the tail (``drafter_block_acc``).
     """
     rows = []
     dev = target.head.weight.device
+    block = isinstance(drafter, BlockDrafter)
+    nb = drafter.cfg.block
     for ctx in contexts:
         for kind in kinds:
             p = make_prompt(kind, ctx, target.cfg.vocab, seed=seed).to(dev)
             with target.yarn_scaled(target_yarn_for(target, ctx)):
                 t_pred = target(p[None, :-1])[0, -tail:].argmax(-1)
             d_in = p[-(drafter.window + tail + 1) :]
-            d_pred = drafter(d_in[None, :-1])[0, -tail:].argmax(-1)
             truth = p[-tail:]
-            rows.append(dict(context=ctx, text=kind, target_acc=float((t_pred == truth).float().mean()), drafter_acc=float((d_pred == truth).float().mean()), agreement=float((t_pred == d_pred).float().mean()), target_yarn=target_yarn_for(target, ctx)))
+            row = dict(context=ctx, text=kind, drafter=drafter_kind(drafter))
+            if block:
+                lg = drafter.block_logits(d_in[None, :-1])[0]  # row r drafts d_in[r + 1 .. r + block]
+                d_pred = lg[-tail:, 0].argmax(-1)
+                rows_all = lg[-tail : lg.shape[0] - nb + 1].argmax(-1)  # [tail - block + 1, block]
+                starts = torch.arange(d_in.numel() - 1 - tail, d_in.numel() - nb, device=dev)
+                want = d_in[starts[:, None] + 1 + torch.arange(nb, device=dev)]
+                row["drafter_block_acc"] = float((rows_all == want).float().mean())
+            else:
+                d_pred = drafter(d_in[None, :-1])[0, -tail:].argmax(-1)
+            row.update(target_acc=float((t_pred == truth).float().mean()), drafter_acc=float((d_pred == truth).float().mean()), agreement=float((t_pred == d_pred).float().mean()), target_yarn=target_yarn_for(target, ctx))
+            rows.append(row)
     return rows
 
 

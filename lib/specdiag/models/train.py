@@ -30,14 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from .corpus import MarkovProse, add_repeats
-from .lm import Drafter, DrafterConfig, LMConfig, TargetLM
+from .lm import BlockDrafter, Drafter, DrafterConfig, LMConfig, TargetLM, block_targets
 
-__all__ = ["TrainSettings", "train", "extend_target", "previous_log", "training_stages", "load_models", "save_model"]
+__all__ = ["TrainSettings", "train", "extend_target", "train_block_head", "previous_log", "training_stages", "load_models", "save_model"]
+
+_DRAFTERS = {"Drafter": Drafter, "BlockDrafter": BlockDrafter}
 
 
 class TrainSettings:
     def __init__(self, seed=0, target_steps=2500, drafter_steps=4000, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=None,
-                 extend_length=None, extend_steps=2400, extend_batch=16, extend_pool=128, extend_lr=5e-4):
+                 extend_length=None, extend_steps=2400, extend_batch=16, extend_pool=128, extend_lr=5e-4, block_steps=1000, block_lr=2e-3):
         drafter_length = min(1024, length) if drafter_length is None else drafter_length
         if drafter_length > length:
             raise ValueError(f"drafter_length {drafter_length} cannot exceed the training length {length}")
@@ -45,11 +47,14 @@ class TrainSettings:
             raise ValueError(f"extend_length {extend_length} must exceed the training length {length}")
         if extend_length is not None and (extend_steps < 1 or extend_batch < 1 or extend_pool < 1):
             raise ValueError("extend_steps, extend_batch and extend_pool must be >= 1")
+        if block_steps < 1:
+            raise ValueError(f"block_steps must be >= 1, got {block_steps}")
         self.seed, self.target_steps, self.drafter_steps = seed, target_steps, drafter_steps
         self.batch, self.length, self.pool, self.lr, self.vocab = batch, length, pool, lr, vocab
         self.drafter_length = drafter_length
         self.extend_length, self.extend_steps, self.extend_batch = extend_length, extend_steps, extend_batch
         self.extend_pool, self.extend_lr = extend_pool, extend_lr
+        self.block_steps, self.block_lr = block_steps, block_lr
 
     def to_dict(self):
         return dict(vars(self))
@@ -82,28 +87,61 @@ class _Run:
         self.log = {"settings": s.to_dict(), "pool_seconds": time.time() - self.t0}
         self.amp = dict(device_type="cuda", dtype=torch.bfloat16) if self.dev.type == "cuda" else dict(device_type="cpu", enabled=False)
 
-    def fit(self, name, model, steps, inputs_and_targets, rows=None, batch=None, lr=None, every_other=None):
-        """AdamW with warm-up + cosine, bf16 autocast on GPU, cross-entropy; losses into the log.
+    def fit(self, name, params, steps, loss_of, rows=None, batch=None, lr=None, every_other=None):
+        """AdamW over ``params`` with warm-up + cosine, bf16 autocast on GPU; ``loss_of(batch)``
+        gives the loss of a [B, L] token batch; losses into the log.
         ``every_other`` = (rows, batch): odd steps draw from those instead."""
         rows = self.pool if rows is None else rows
         batch, lr, vocab = batch or self.s.batch, lr or self.s.lr, self.s.vocab
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        params = list(params)
+        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
         self.log[f"{name}_loss"] = []
         for step in range(steps):
             _schedule(opt, step, steps, lr)
             src_rows, src_batch = every_other if every_other is not None and step % 2 else (rows, batch)
-            inputs, targets = inputs_and_targets(_batch(src_rows, src_batch, vocab, self.g))
             with torch.autocast(**self.amp):
-                logits = model(inputs)
-            loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+                loss = loss_of(_batch(src_rows, src_batch, vocab, self.g))
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             if step % 50 == 0 or step == steps - 1:
                 self.log[f"{name}_loss"].append((step, loss.item()))
                 if step % 500 == 0:
                     self.progress(f"{name} step {step}: loss {loss.item():.3f}")
+
+    def crop(self, x, n):
+        """A random ``n``-token slice of the rows of ``x`` (the same offset for the batch)."""
+        length = x.shape[1]
+        off = int(torch.randint(0, length - n + 1, (1,), generator=self.g, device=self.dev)) if length > n else 0
+        return x[:, off : off + n]
+
+    def fit_lm(self, name, model, steps, length=None, **kw):
+        """Causal LM cross-entropy on ``length + 1``-token slices (whole rows by default)."""
+        vocab = self.s.vocab
+
+        def loss_of(x):
+            if length is not None:
+                x = self.crop(x, length + 1)
+            logits = model(x[:, :-1])
+            return F.cross_entropy(logits.float().reshape(-1, vocab), x[:, 1:].reshape(-1))
+
+        encoder = [p for n, p in model.named_parameters() if not n.startswith("block_head.")]
+        self.fit(name, encoder, steps, loss_of, **kw)
+
+    def fit_block(self, drafter: BlockDrafter):
+        """The block head on the frozen encoder: each row p of a ``drafter_length`` slice drafts
+        tokens p + 1 .. p + block from its window, all rows and slots in one pass."""
+        s, n = self.s, self.s.drafter_length
+
+        def loss_of(x):
+            x = self.crop(x, n)
+            with torch.no_grad():
+                feats = drafter.hidden(x, window=drafter.window)
+            logits = drafter.block_head(feats, x, drafter.window)
+            return F.cross_entropy(logits.float().reshape(-1, s.vocab), block_targets(x, drafter.cfg.block).reshape(-1), ignore_index=-100)
+
+        self.fit("drafter_block", drafter.block_head.parameters(), s.block_steps, loss_of, lr=s.block_lr)
 
     def extend(self, target):
         """The long-context stage: long batches alternate with short ones (long-only training at
@@ -111,7 +149,7 @@ class _Run:
         derails greedy output); afterwards YaRN's reference is the extended length."""
         s = self.s
         long_rows = self.prose.sample_batch(s.extend_pool, s.extend_length, self.g, device=self.dev)
-        self.fit("target_extend", target, s.extend_steps, lambda x: (x[:, :-1], x[:, 1:]), rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(self.pool, s.batch))
+        self.fit_lm("target_extend", target, s.extend_steps, rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(self.pool, s.batch))
         target.cfg.train_len = s.extend_length
 
     def save(self, out_dir, target, drafter) -> dict:
@@ -134,21 +172,14 @@ class _Run:
 def train(out_dir, settings: TrainSettings | None = None, device=None, progress=print) -> dict:
     s = settings or TrainSettings()
     run = _Run(s, device, progress)
-    dev, g = run.dev, run.g
-    target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(dev)
-    run.fit("target", target, s.target_steps, lambda x: (x[:, :-1], x[:, 1:]))
+    target = TargetLM(LMConfig(vocab=s.vocab, train_len=s.length)).to(run.dev)
+    run.fit_lm("target", target, s.target_steps)
     if s.extend_length is not None:
         run.extend(target)
 
-    drafter = Drafter(DrafterConfig(vocab=s.vocab, train_len=s.drafter_length)).to(dev)
-    n = s.drafter_length
-
-    def crop(x):  # a random drafter_length + 1 slice of each row; causal LM within the window
-        off = int(torch.randint(0, s.length - n, (1,), generator=g, device=dev)) if s.length > n else 0
-        x = x[:, off : off + n + 1]
-        return x[:, :-1], x[:, 1:]
-
-    run.fit("drafter", drafter, s.drafter_steps, crop)
+    drafter = BlockDrafter(DrafterConfig(vocab=s.vocab, train_len=s.drafter_length)).to(run.dev)
+    run.fit_lm("drafter", drafter, s.drafter_steps, length=s.drafter_length)
+    run.fit_block(drafter)
     return run.save(out_dir, target, drafter)
 
 
@@ -161,13 +192,14 @@ def previous_log(models_dir):
 
 def training_stages(log: dict) -> list[dict]:
     """The stages behind a models folder's ``train_log.json``, oldest first: for each trained
-    model ("target", "target_extend", "drafter"), its sequence length and final loss. Follows
+    model ("target", "target_extend", "drafter", "drafter_block": the block head), its sequence
+    length and final loss. Follows
     ``extended_from`` back through folders that were extended."""
     older = (log.get("extended_from") or {}).get("log")
     stages = training_stages(older) if older else []
     st = log["settings"]
-    lengths = {"target": st["length"], "target_extend": st.get("extend_length"), "drafter": st.get("drafter_length")}
-    for name in ("target", "target_extend", "drafter"):
+    lengths = {"target": st["length"], "target_extend": st.get("extend_length"), "drafter": st.get("drafter_length"), "drafter_block": st.get("drafter_length")}
+    for name in ("target", "target_extend", "drafter", "drafter_block"):
         if log.get(f"{name}_loss"):
             stages.append({"model": name, "length": lengths[name], "steps": log[f"{name}_loss"][-1][0] + 1, "final_loss": log[f"{name}_loss"][-1][1]})
     return stages
@@ -191,19 +223,41 @@ def extend_target(models_dir, out_dir, settings: TrainSettings, device=None, pro
     return run.save(out_dir, target.eval(), drafter)
 
 
+def train_block_head(models_dir, out_dir, settings: TrainSettings, device=None, progress=print) -> dict:
+    """The block stage for an already trained pair: load ``models_dir``, put a fresh
+    ``BlockHead`` (seeded) on its drafter's encoder, train the head (``settings.block_steps``
+    on ``settings.drafter_length``-token slices; the encoder stays frozen, bit for bit) and save
+    the pair to ``out_dir``, the target copied unchanged."""
+    run = _Run(settings, device, progress)
+    target, old = load_models(models_dir, run.dev)
+    if old.cfg.vocab != settings.vocab:
+        raise ValueError(f"settings.vocab {settings.vocab} does not match the models' vocabulary {old.cfg.vocab}")
+    drafter = BlockDrafter(old.cfg).to(run.dev)
+    missing, unexpected = drafter.load_state_dict(old.state_dict(), strict=False)
+    if unexpected or any(not k.startswith("block_head.") for k in missing):
+        raise ValueError(f"{models_dir}: drafter weights do not fit the block drafter's encoder (missing {missing}, unexpected {unexpected})")
+    run.log["extended_from"] = {"models": str(models_dir), "train_len": target.cfg.train_len, "log": previous_log(models_dir)}
+    run.fit_block(drafter)
+    return run.save(out_dir, target, drafter.eval())
+
+
 def save_model(model, path) -> None:
     torch.save({"config": model.cfg.to_dict(), "kind": type(model).__name__, "state": {k: v.half() for k, v in model.state_dict().items()}}, path)
 
 
 def load_models(folder, device="cpu") -> tuple[TargetLM, Drafter]:
+    """The target and the drafter of a models folder (the drafter's class from its file: a
+    ``BlockDrafter`` or the autoregressive ``Drafter``), in eval mode on ``device``."""
     folder = Path(folder)
     models = []
-    for name, cls, cfg_cls in (("target.pt", TargetLM, LMConfig), ("drafter.pt", Drafter, DrafterConfig)):
+    for name, classes, cfg_cls in (("target.pt", {"TargetLM": TargetLM}, LMConfig), ("drafter.pt", _DRAFTERS, DrafterConfig)):
         p = folder / name
         if not p.is_file():
             raise FileNotFoundError(f"{p} not found: train with `python -m specdiag.models.train --out {folder}`")
         blob = torch.load(p, map_location="cpu", weights_only=True)
-        m = cls(cfg_cls(**blob["config"]))
+        if blob.get("kind") not in classes:
+            raise ValueError(f"{p} holds a {blob.get('kind')!r}, expected one of {sorted(classes)}")
+        m = classes[blob["kind"]](cfg_cls(**blob["config"]))
         m.load_state_dict({k: v.float() for k, v in blob["state"].items()})
         models.append(m.to(device).eval())
     return models[0], models[1]
@@ -224,15 +278,25 @@ def main(argv=None) -> int:
     ap.add_argument("--extend-batch", type=int, default=16)
     ap.add_argument("--extend-lr", type=float, default=5e-4)
     ap.add_argument("--extend-from", default=None, help="trained models folder: only run another long-context stage for its target (--extend-length), drafter copied")
+    ap.add_argument("--block-steps", type=int, default=1000, help="steps of the drafter's block head")
+    ap.add_argument("--block-lr", type=float, default=2e-3)
+    ap.add_argument("--block-from", default=None, help="trained models folder: only train a block head on its drafter's encoder, target copied")
     a = ap.parse_args(argv)
+    if a.extend_from and a.block_from:
+        ap.error("--extend-from and --block-from are separate stages: run one, then the other on its output")
     settings = TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length,
-                             extend_length=a.extend_length, extend_steps=a.extend_steps, extend_batch=a.extend_batch, extend_lr=a.extend_lr)
+                             extend_length=a.extend_length, extend_steps=a.extend_steps, extend_batch=a.extend_batch, extend_lr=a.extend_lr,
+                             block_steps=a.block_steps, block_lr=a.block_lr)
+    if a.block_from:
+        log = train_block_head(a.block_from, a.out, settings)
+        print(f"done in {log['seconds']:.0f} s: block head loss {log['drafter_block_loss'][-1][1]:.3f}")
+        return 0
     if a.extend_from:
         log = extend_target(a.extend_from, a.out, settings)
         print(f"done in {log['seconds']:.0f} s: extended target loss {log['target_extend_loss'][-1][1]:.3f}")
         return 0
     log = train(a.out, settings)
-    print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}")
+    print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}, block head loss {log['drafter_block_loss'][-1][1]:.3f}")
     return 0
 
 
