@@ -4,7 +4,11 @@
     python -m specdiag.models.train --out data/models --extend-from data/models \
         --extend-length 65536 --extend-steps 1000 --extend-batch 4 --extend-lr 3e-4
 
-(the shipped models: the second command continues the 16k target at 64k, drafter unchanged)
+    python -m specdiag.models.train --out data/models --block-from data/models
+
+(the shipped models: the second command continues the 16k target at 64k, drafter unchanged;
+the third trains the drafter's block head on its frozen encoder, target unchanged. ``train``
+alone runs every stage: target, drafter encoder, block head)
 
 The target is trained the way long-context models are: a short-context stage (``--length``)
 in which it learns prose and copying, then a long-context stage (``--extend-length``, fewer
