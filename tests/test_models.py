@@ -151,10 +151,14 @@ def tiny_models(tmp_path_factory):
     return tuple(m.double() for m in load_models(out))
 
 
+@pytest.mark.parametrize("drafting", ["block", "autoregressive"])
 @pytest.mark.parametrize("kind", ["predictable", "prose"])
 @pytest.mark.parametrize("fault", list(specdec.FAULTS))
-def test_speculative_decoding_is_lossless(tiny_models, kind, fault):
+def test_speculative_decoding_is_lossless(tiny_models, kind, fault, drafting):
     target, drafter = tiny_models
+    assert isinstance(drafter, BlockDrafter)
+    if drafting == "autoregressive":
+        drafter = drafter.autoregressive()
     p = specdec.make_prompt(kind, 300, 64, seed=3)
     spec = specdec.speculative_generate(target, drafter, p, 24, budget=8, faults=specdec.FAULTS[fault])
     assert spec.tokens == specdec.greedy_generate(target, p, 24)
