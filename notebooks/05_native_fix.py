@@ -231,15 +231,18 @@ ablation.round(2)
 # **Reading the numbers honestly** (the recorded H200 run; re-measure with `measure="always"`).
 #
 # **The collapse is gone.** At 185k context, H=8 and a 9-node tree, 61 layers of verify
-# attention take about 9.6 ms on the warp-specialised kernel instead of 1.97 s for the
-# page_size=1 baseline, and at page size 1 too (pages of one token now cost at most 1.03x of
+# attention take about 9.2 ms on the warp-specialised kernel instead of 1.98 s for the
+# page_size=1 baseline, and at page size 1 too (pages of one token now cost at most 1.02x of
 # pages of 64: each row's page index is read one tile load ahead).
 #
-# **It is not at the hardware's limit.** The kernel is 1.7x to 6.4x above the roofline floor
-# at >= 32k, peaking near 460-480 TFLOP/s against a bf16 GEMM measured at 780-800.
+# **It is not at the hardware's limit.** The kernel is 1.7x to 5.8x above the roofline floor
+# at >= 32k, peaking near 460-470 TFLOP/s against a bf16 GEMM measured at 780-800.
 # - Every shape of >= 520 query rows is within 1.7-2.6x of the floor.
-# - The 6.4x is the 72-row problem at 32k: two 64-row tiles for 72 rows, 57 us where the
-#   floor is 9 us. There the warp-specialised kernel is 5% slower than the wgmma kernel.
+# - The 5.8x is the 72-row problem at 32k: two 64-row tiles for 72 rows, 52 us where the
+#   floor is 9 us (3.0x at 185k). There the wgmma kernel is 12% faster than the
+#   warp-specialised one; `auto` still picks the latter from a 16k prefix on.
+# - About 7 us of those 52 are the split merge (65 splits of 72 rows). It took 19 us until it
+#   was spread over 4 CTAs per row with its loads overlapped (`docs/kernel_notes.md`).
 #
 # **What bounds it now** (the ablations):
 # - The wgmma kernel runs one serial chain per tile (wait, Q K^T, partial-S exchange,

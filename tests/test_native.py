@@ -202,6 +202,36 @@ def test_ws_lookahead_follows_the_measured_rule():
     assert ws_lookahead(plan_launch(128, 1, 4096, 1, 132)) == 1  # 2
 
 
+def test_kernel_arguments_are_packed_from_numpy_scalars():
+    """The prepared launch packs each argument by its numpy type (pycuda's struct codes: 'L'
+    for a 64-bit pointer, 'i' int32, 'f' float32); anything else is refused, since a Python int
+    or a tensor would have no defined width."""
+    np = pytest.importorskip("numpy")
+    assert kernels.arg_format((np.uintp(1), np.int32(2), np.float32(3.0))) == np.dtype(np.uintp).char + "if"
+    assert kernels.arg_format(()) == ""
+    with pytest.raises(TypeError, match="#1 is a int"):
+        kernels.arg_format((np.uintp(1), 7))
+    with pytest.raises(TypeError, match="#0 is a Tensor"):
+        kernels.arg_format((torch.zeros(1),))
+
+
+def test_merge_groups_rule():
+    from specdiag.attention.native import MERGE_GROUPS_MIN_SPLITS, merge_groups
+
+    assert [merge_groups(n) for n in (1, 3, MERGE_GROUPS_MIN_SPLITS - 1, MERGE_GROUPS_MIN_SPLITS, 65, 2000)] == [1, 1, 1, 4, 4, 4]
+    with pytest.raises(ValueError, match=">= 1"):
+        merge_groups(0)
+
+
+def test_swapping_the_partial_kernel_drops_the_prepared_launches():
+    """The ablation swaps ``_partial`` on live ops; the launches prepared for the old function
+    must not survive it (they would silently time the wrong kernel)."""
+    op = NativeTreeVerify.__new__(NativeTreeVerify)
+    op._launches = ("prepared for the old kernel",)
+    op._partial = "variant"
+    assert op._launches is None and op._partial == "variant"
+
+
 def test_plan_rejects_bad_arguments():
     with pytest.raises(ValueError):
         plan_launch(10, 1, 100, 1, 132, rg=3)
@@ -354,6 +384,26 @@ def test_ws_lazy_rescale_follows_a_rising_max(lookahead):
     assert op.plan.n_prefix_splits == 1
     out, lse = op.run()
     torch.cuda.synchronize()
+    assert relative_error(out.cpu(), ref_o) < 1e-2
+    assert relative_error(lse.cpu(), ref_l) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups", [1, 2, 4])
+@pytest.mark.parametrize("splits", [3, 300, 1250])
+def test_merge_past_its_shared_weight_buffer(splits, groups):
+    """The merge keeps up to 1024 split weights in shared memory and recomputes the rest: 1250
+    splits (one 32-key tile each) must merge as exactly as 250 or 3, with every split-group
+    count (the launcher picks 1 or 4; 2 must work too). The short request has empty splits whose
+    partials are poisoned (NaN) and must never be used."""
+    x, _ = make_verify_inputs([40000, 100], nodes=3, heads=2, page_size=64, seed=8, device="cuda", q_scale=1.0)
+    op = NativeTreeVerify(**x, scale=SCALE, impl="mma", prefix_splits=splits)
+    assert (op.plan.splits > 1024) == (splits > 1024)
+    op._merge_grid = (*op._merge_grid[:2], groups)
+    op.o_part.fill_(float("nan"))
+    out, lse = op.run()
+    torch.cuda.synchronize()
+    ref_o, ref_l = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SCALE)
     assert relative_error(out.cpu(), ref_o) < 1e-2
     assert relative_error(lse.cpu(), ref_l) < 1e-3
 

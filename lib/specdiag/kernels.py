@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["kernel_names", "kernel_source", "kernel_path", "kernel_arch", "arch_flags", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch"]
+__all__ = ["kernel_names", "kernel_source", "kernel_path", "kernel_arch", "arch_flags", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch", "PreparedLaunch", "arg_format"]
 
 _REPO_KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -237,18 +237,50 @@ def load_module(name: str, device_index: int | None = None, arch: str | None = N
     return _modules[key]
 
 
-def launch(func, grid, block, args, shared: int = 0, device_index: int | None = None) -> None:
-    """Launch a pycuda function on torch's current stream."""
+def arg_format(args) -> str:
+    """The struct format of a kernel's packed parameters: numpy scalars only (``np.uintp`` for
+    pointers, ``np.int32``, ``np.float32`` ...), so the layout is explicit."""
+    import numpy as np
+
+    fmt = []
+    for i, a in enumerate(args):
+        if not isinstance(a, np.number):
+            raise TypeError(f"kernel argument #{i} is a {type(a).__name__}; pass numpy scalars (np.uintp(tensor.data_ptr()), np.int32, np.float32)")
+        fmt.append(a.dtype.char)
+    return "".join(fmt)
+
+
+class PreparedLaunch:
+    """One kernel launch, prepared once: arguments packed into pycuda's parameter buffer and
+    the dynamic shared-memory limit set at construction, so a call costs one driver launch
+    (plus torch's current stream). The plain ``func(*args, ...)`` call re-inspects every
+    argument in Python on each launch, which at ~20 arguments costs more host time than a
+    short kernel runs. The buffer holds raw pointers: the caller keeps the tensors alive."""
+
+    def __init__(self, func, grid, block, args, shared: int = 0, device_index: int | None = None):
+        import torch
+        from pycuda._pvt_struct import pack
+
+        self.func, self.grid, self.block, self.shared = func, tuple(int(g) for g in grid), tuple(int(b) for b in block), int(shared)
+        self.device = torch.cuda.current_device() if device_index is None else int(device_index)
+        self.buf = pack(arg_format(args), *args)
+        if self.shared > 48 * 1024:
+            import pycuda.driver as cuda
+
+            func.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
+
+    def __call__(self) -> None:
+        _on_torch_stream(self.device, lambda stream: self.func._launch_kernel(self.grid, self.block, self.buf, self.shared, stream))
+
+
+def _on_torch_stream(dev: int, launch_on) -> None:
+    """Run ``launch_on(pycuda_stream)`` ordered on torch's current stream of device ``dev``:
+    directly on the default stream, else on a pycuda stream joined to it by events."""
     import torch
 
-    dev = torch.cuda.current_device() if device_index is None else int(device_index)
     current = torch.cuda.current_stream(dev)
-    if shared > 48 * 1024:  # a driver call of a microsecond; caching it by object id proved unsafe
-        import pycuda.driver as cuda
-
-        func.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
     if current.cuda_stream == 0:
-        func(*args, grid=tuple(grid), block=tuple(block), shared=shared)
+        launch_on(None)
         return
     import pycuda.driver as cuda
 
@@ -259,7 +291,13 @@ def launch(func, grid, block, args, shared: int = 0, device_index: int | None = 
     before = torch.cuda.Event()
     before.record(current)
     ext.wait_event(before)
-    func(*args, grid=tuple(grid), block=tuple(block), shared=shared, stream=ps)
+    launch_on(ps)
     after = torch.cuda.Event()
     after.record(ext)
     current.wait_event(after)
+
+
+def launch(func, grid, block, args, shared: int = 0, device_index: int | None = None) -> None:
+    """Launch a pycuda function on torch's current stream (prepared each time: for repeated
+    launches keep a ``PreparedLaunch``)."""
+    PreparedLaunch(func, grid, block, args, shared=shared, device_index=device_index)()

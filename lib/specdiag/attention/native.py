@@ -31,7 +31,7 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "AUTO_WS_MIN_PREFIX", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS_MIN_PREFIX", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
@@ -48,8 +48,9 @@ AUTO_WS_MIN_PREFIX = 16384  # "auto" on sm_90: wgmma_ws from this longest prefix
 def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None) -> str:
     """``"auto"`` -> the fastest kernel the device can run. On sm_90 that is wgmma_ws when the
     longest prefix is at least ``AUTO_WS_MIN_PREFIX`` (or unknown), else wgmma. In the H200
-    sweep wgmma_ws was 0.95-1.42x of wgmma's speed at >= 32k and mostly faster at 16k (the
-    72-row shapes are its losses), but 0.77-1.0x at <= 4k, where fixed costs dominate.
+    sweep wgmma_ws was 1.25-1.42x of wgmma's speed at >= 32k and 1.12-1.32x at 16k, except for
+    72 rows (0.76x at 16k, 0.88x at 32k, 1.02-1.15x from 64k), and 0.73-1.19x at <= 4k,
+    where fixed costs dominate.
     Elsewhere it is mma, also when an ``rg`` other than 4 asks for fewer query rows per CTA,
     which only mma has."""
     if impl == "auto":
@@ -165,6 +166,18 @@ def ws_lookahead(plan: LaunchPlan) -> int:
     return 2 if plan.m_tiles >= WS_LOOKAHEAD_MIN_TILES else 1
 
 
+MERGE_GROUPS_MIN_SPLITS = 16
+
+
+def merge_groups(splits: int) -> int:
+    """Split groups of ``tree_verify_merge`` (its grid's z): 4 from 16 splits on (a row's 512
+    columns over 4 CTAs, each walking a quarter of the splits: more loads in flight), else 1 (with
+    few splits 4 CTAs per row would only add CTAs and reductions)."""
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    return 4 if splits >= MERGE_GROUPS_MIN_SPLITS else 1
+
+
 class NativeTreeVerify:
     """Validated, allocated and planned once; ``run()`` only launches (two kernels).
 
@@ -269,14 +282,29 @@ class NativeTreeVerify:
         self._grid = (plan.m_tiles, ns, b)
         self._block = (64 * plan.rg, 1, 1)  # wgmma, wgmma_ws: rg=4, two warpgroups
         self._smem = smem_bytes(plan.rg, impl)
-        self._merge_grid = (rows, b, 1)
+        self._merge_grid = (rows, b, merge_groups(ns))
+        self._launches = None
+
+    @property
+    def _partial(self):
+        return self._partial_func
+
+    @_partial.setter
+    def _partial(self, func):  # a new partial kernel (the ablation's variants) is prepared again
+        self._partial_func = func
+        self._launches = None
 
     def run(self):
         from .. import kernels
 
-        idx = self.device.index
-        kernels.launch(self._partial, self._grid, self._block, self._partial_args, shared=self._smem, device_index=idx)
-        kernels.launch(self._merge, self._merge_grid, (128, 1, 1), self._merge_args, device_index=idx)
+        if self._launches is None:  # prepared on first use (packed arguments, shared-memory limit)
+            idx = self.device.index
+            self._launches = (
+                kernels.PreparedLaunch(self._partial, self._grid, self._block, self._partial_args, shared=self._smem, device_index=idx),
+                kernels.PreparedLaunch(self._merge, self._merge_grid, (128, 1, 1), self._merge_args, device_index=idx),
+            )
+        for launch in self._launches:
+            launch()
         return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
 
 
