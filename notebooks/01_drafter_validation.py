@@ -45,7 +45,9 @@
 # For comparison, the same encoder also drafts **autoregressively** on its own (EAGLE-style:
 # 8 tiny passes along its greedy path). An earlier block drafter without offset keys (lag
 # embeddings summed into each context token) never learned to copy at this size. With offset
-# keys, the block head learns it in ~100 steps on the frozen encoder.
+# keys, the block head learns it fast on the frozen encoder: in a CPU prototype (16 rows of
+# 512 tokens per step), every slot was right on 86% of the repeated text by step 100 and on
+# 93-99% by step 300.
 
 # %% tags=["parameters"]
 smoke = False
