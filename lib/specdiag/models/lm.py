@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["LMConfig", "DrafterConfig", "yarn_inv_freq", "TargetLM", "Drafter", "BlockHead", "BlockDrafter", "KVCache", "block_targets"]
+__all__ = ["LMConfig", "DrafterConfig", "yarn_inv_freq", "TargetLM", "Drafter", "BlockHead", "BlockDrafter", "KVCache", "block_targets", "HEAD_PREFIX"]
 
 
 @dataclass
@@ -287,6 +287,9 @@ class Drafter(TargetLM):
         return torch.stack(out)
 
 
+HEAD_PREFIX = "block_head."  # a BlockDrafter's state-dict keys that belong to its block head, not its encoder
+
+
 class BlockHead(nn.Module):
     """The block pass of ``BlockDrafter``: ``block`` mask queries over the context, in one pass.
 
@@ -371,7 +374,7 @@ class BlockDrafter(Drafter):
         """The encoder on its own as an autoregressive ``Drafter`` (a copy of its weights): the
         same LM drafting its block along its own greedy path, for comparison."""
         ar = Drafter(self.cfg).to(self.head.weight.device)
-        ar.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith("block_head.")})
+        ar.load_state_dict({k: v for k, v in self.state_dict().items() if not k.startswith(HEAD_PREFIX)})
         ar.window = self.window
         return ar.train(self.training)
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .corpus import MarkovProse, add_repeats
-from .lm import BlockDrafter, Drafter, DrafterConfig, LMConfig, TargetLM, block_targets
+from .lm import HEAD_PREFIX, BlockDrafter, Drafter, DrafterConfig, LMConfig, TargetLM, block_targets
 
 __all__ = ["TrainSettings", "train", "extend_target", "train_block_head", "previous_log", "training_stages", "load_models", "save_model"]
 
@@ -130,7 +130,7 @@ class _Run:
             logits = model(x[:, :-1])
             return F.cross_entropy(logits.float().reshape(-1, vocab), x[:, 1:].reshape(-1))
 
-        encoder = [p for n, p in model.named_parameters() if not n.startswith("block_head.")]
+        encoder = [p for n, p in model.named_parameters() if not n.startswith(HEAD_PREFIX)]
         self.fit(name, encoder, steps, loss_of, **kw)
 
     def fit_block(self, drafter: BlockDrafter):
@@ -238,7 +238,7 @@ def train_block_head(models_dir, out_dir, settings: TrainSettings, device=None, 
         raise ValueError(f"settings.vocab {settings.vocab} does not match the models' vocabulary {old.cfg.vocab}")
     drafter = BlockDrafter(old.cfg).to(run.dev)
     missing, unexpected = drafter.load_state_dict(old.state_dict(), strict=False)
-    if unexpected or any(not k.startswith("block_head.") for k in missing):
+    if unexpected or any(not k.startswith(HEAD_PREFIX) for k in missing):
         raise ValueError(f"{models_dir}: drafter weights do not fit the block drafter's encoder (missing {missing}, unexpected {unexpected})")
     run.log["extended_from"] = {"models": str(models_dir), "train_len": target.cfg.train_len, "log": previous_log(models_dir)}
     run.fit_block(drafter)
