@@ -66,7 +66,6 @@ import torch
 
 from specdiag import data
 from specdiag.models import specdec
-from specdiag.models.lm import BlockDrafter
 from specdiag.models.train import load_models, training_stages
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -77,9 +76,7 @@ stages = training_stages(log)
 print(f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.2f} M params, trained at "
       + ", then ".join(f"{st['length']:,} tokens ({st['steps']} steps, final loss {st['final_loss']:.3f})" for st in stages if st["model"].startswith("target"))
       + f"; YaRN reference length {target.cfg.train_len:,}")
-drafters = {specdec.drafter_kind(drafter): drafter}
-if isinstance(drafter, BlockDrafter):
-    drafters["autoregressive"] = drafter.autoregressive()  # the same encoder, drafting on its own
+drafters = specdec.drafters_of(drafter)  # block, and the same encoder drafting on its own
 for st in stages:
     if st["model"].startswith("drafter"):
         what = "block head (encoder frozen)" if st["model"] == "drafter_block" else "encoder (LM)"

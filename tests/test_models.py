@@ -130,6 +130,17 @@ def test_block_head_sees_only_its_window():
         d.block_head(feats, x[:, :5], 8)
 
 
+def test_drafters_of_a_models_folder():
+    d = _tiny_block_drafter()
+    both = specdec.drafters_of(d)
+    assert list(both) == ["block", "autoregressive"] and both["block"] is d and type(both["autoregressive"]) is Drafter
+    assert list(specdec.drafters_of(d, ["autoregressive"])) == ["autoregressive"]
+    ar = d.autoregressive()
+    assert specdec.drafters_of(ar) == {"autoregressive": ar}
+    with pytest.raises(ValueError, match=r"\['block'\] not available from a Drafter"):
+        specdec.drafters_of(ar, ["block"])
+
+
 def test_block_drafter_autoregressive_view():
     d = _tiny_block_drafter()
     ar = d.autoregressive()

@@ -23,7 +23,7 @@ from ..tree import apply_compaction, build_ddtree, compaction_indices, verify_gr
 from .corpus import MarkovProse, repeated
 from .lm import BlockDrafter, Drafter, KVCache, TargetLM
 
-__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "drafter_kind", "FAULTS"]
+__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "drafter_kind", "drafters_of", "FAULTS"]
 
 
 @dataclass
@@ -163,6 +163,20 @@ def drafter_kind(drafter: Drafter) -> str:
     return "block" if isinstance(drafter, BlockDrafter) else "autoregressive"
 
 
+def drafters_of(drafter: Drafter, kinds=None) -> dict:
+    """The drafters a models folder's drafter offers, by ``drafter_kind``: a ``BlockDrafter`` as
+    itself ('block') and its encoder drafting on its own ('autoregressive'); an autoregressive
+    ``Drafter`` only as itself. ``kinds`` picks some, in that order (default: all it offers)."""
+    offered = {drafter_kind(drafter): drafter}
+    if isinstance(drafter, BlockDrafter):
+        offered["autoregressive"] = drafter.autoregressive()
+    kinds = list(offered) if kinds is None else list(kinds)
+    missing = [k for k in kinds if k not in offered]
+    if missing:
+        raise ValueError(f"{missing} not available from a {type(drafter).__name__}; it offers {list(offered)}")
+    return {k: offered[k] for k in kinds}
+
+
 def validation_sweep(target, drafter, contexts=(1024, 16384, 65536, 131072), kinds=("predictable", "prose"), faults=FAULTS, new_tokens: int = 64, budget: int = 16, seed: int = 0, progress=print) -> list[dict]:
     """Mean commit length per (context, text, fault); each row names the drafter's kind."""
     rows = []
@@ -197,15 +211,10 @@ def main(argv=None) -> int:
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     target, drafter = load_models(a.models, dev)
     contexts = tuple(int(c) for c in a.contexts.split(","))
-    wanted = [k.strip() for k in a.drafters.split(",") if k.strip()]
-    drafters = {}
-    for k in wanted:
-        if k == "block" and isinstance(drafter, BlockDrafter):
-            drafters[k] = drafter
-        elif k == "autoregressive":
-            drafters[k] = drafter.autoregressive() if isinstance(drafter, BlockDrafter) else drafter
-        else:
-            ap.error(f"--drafters: {k!r} is not available from {a.models} (a {type(drafter).__name__}); choose from block, autoregressive")
+    try:
+        drafters = drafters_of(drafter, [k.strip() for k in a.drafters.split(",") if k.strip()])
+    except ValueError as e:
+        ap.error(f"--drafters: {e} ({a.models})")
     rows, lossless, accuracy = [], [], []
     for k, d in drafters.items():
         rows += validation_sweep(target, d, contexts=contexts, new_tokens=a.new_tokens, budget=a.budget)
