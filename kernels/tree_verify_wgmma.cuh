@@ -66,6 +66,13 @@ __device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t v) {
 // named barrier `id` (1..15; 0 is __syncthreads) over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+// bar.sync that also returns the OR of `pred` over the `count` threads
+__device__ __forceinline__ bool bar_red_or(int id, int count, bool pred) {
+  uint32_t r;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+               : "=r"(r) : "r"((uint32_t)pred), "r"(id), "r"(count) : "memory");
+  return r != 0;
+}
 
 // ROWS token rows into the swizzled layout at `dst` with cp.async by THREADS threads (t = this
 // thread's index among them): 9 chunks of each of its ROWS / (THREADS / 8) rows. src(i, p, bytes):

@@ -15,7 +15,7 @@ import torch
 
 from specdiag import kernels
 from specdiag.attention import make_verify_inputs, relative_error, tree_verify_attention_ref
-from specdiag.attention.native import BN, CTA_OVERHEAD_TILES, NativeTreeVerify, plan_launch, plan_makespan, resolve_impl, smem_bytes
+from specdiag.attention.native import BN, CTA_OVERHEAD_TILES, HOPPER_IMPLS, NativeTreeVerify, plan_launch, plan_makespan, resolve_impl, smem_bytes
 
 HAS_NVCC = shutil.which("nvcc") is not None
 SCALE = 1 / math.sqrt(192)
@@ -84,10 +84,20 @@ def test_ws_kernel_sass_uses_warpgroup_mma_and_named_barriers():
     assert "LDL" not in sass and "STL" not in sass
 
 
+@pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
+def test_transposed_kernel_sass_uses_warpgroup_mma_with_query_rows_in_n():
+    sass = kernels.sass("tree_verify_mla_t")
+    assert "HGMMA.64x40x16.F32.BF16" in sass  # S^T = K Q^T and O^T += V^T P^T: N = 40 query rows
+    assert "HGMMA.64x32x16" not in sass and "HGMMA.64x256x16" not in sass  # no product with query rows in M
+    assert "LDGSTS.E.BYPASS.128" in sass and "BAR.ARV" in sass and "BAR.SYNC" in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
 def test_kernel_targets():
     assert kernels.kernel_arch("tree_verify_mla") == "sm_90"
     assert kernels.kernel_arch("tree_verify_mla_wgmma") == "sm_90a"
     assert kernels.kernel_arch("tree_verify_mla_ws") == "sm_90a"
+    assert kernels.kernel_arch("tree_verify_mla_t") == "sm_90a"
     assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]
     assert kernels.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
     with pytest.raises(ValueError, match="unknown target"):
@@ -113,18 +123,25 @@ def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     assert "all checks passed" in run.stdout
 
 
-@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws")])
+@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws"), ("tree_verify_mla_t", "wgmma_t")])
 def test_wgmma_smem_matches_the_source(name, impl):
     import re
 
-    from specdiag.attention.native import WS_STAGES
+    from specdiag.attention.native import T_BN, T_ROWS, T_STAGES, WS_STAGES
 
     src = kernels.kernel_source(name)
     assert f"// {smem_bytes(4, impl)} = specdiag.attention.native.smem_bytes(4, \"{impl}\")" in src
     assert smem_bytes(4, impl) <= 227 * 1024
+    stages = re.search(r"constexpr int STAGES = (\d+);", src)
+    if impl == "wgmma_t":
+        assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(T_BN)
+        assert re.search(r"constexpr int NQ = (\d+);", src).group(1) == str(T_ROWS)
+        assert f"tree_verify_partial_t{T_ROWS}(" in src
+        assert stages.group(1) == str(T_STAGES)
+        return
     assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(BN)
     if impl == "wgmma_ws":
-        assert re.search(r"constexpr int STAGES = (\d+);", src).group(1) == str(WS_STAGES)
+        assert stages.group(1) == str(WS_STAGES)
 
 
 def test_parse_ptxas_report():
@@ -146,16 +163,19 @@ ptxas info    : Used 32 registers, used 0 barriers
         kernels.parse_ptxas("nothing here")
 
 
+@pytest.mark.parametrize("tiles", [{}, {"cta_rows": 40, "bn": 64}])  # the mma / wgmma / ws kernels, wgmma_t
 @pytest.mark.parametrize("rows, nodes, prefix, batch", [(72, 9, 185000, 1), (16448, 257, 185000, 1), (8, 1, 0, 1), (520, 65, 33, 3), (2048, 1024, 4096, 2)])
-def test_plan_covers_every_tile_once(rows, nodes, prefix, batch):
-    plan = plan_launch(rows, nodes, prefix, batch, num_sms=132)
-    prefix_tiles = math.ceil(prefix / BN)
+def test_plan_covers_every_tile_once(rows, nodes, prefix, batch, tiles):
+    plan = plan_launch(rows, nodes, prefix, batch, num_sms=132, **tiles)
+    bn = tiles.get("bn", BN)
+    assert plan.bn == bn and plan.rows_per_cta == tiles.get("cta_rows", 16 * plan.rg)
+    prefix_tiles = math.ceil(prefix / bn)
     covered = sorted(t for s in range(plan.n_prefix_splits) for t in range(s * plan.prefix_tiles_per_split, min((s + 1) * plan.prefix_tiles_per_split, prefix_tiles)))
     assert covered == list(range(prefix_tiles))
-    tree_tiles = math.ceil(nodes / BN)
+    tree_tiles = math.ceil(nodes / bn)
     covered = sorted(t for s in range(plan.n_tree_splits) for t in range(s * plan.tree_tiles_per_split, min((s + 1) * plan.tree_tiles_per_split, tree_tiles)))
     assert covered == list(range(tree_tiles))
-    assert plan.m_tiles * 16 * plan.rg >= rows
+    assert plan.m_tiles * plan.rows_per_cta >= rows > (plan.m_tiles - 1) * plan.rows_per_cta
     assert smem_bytes(plan.rg) <= 227 * 1024
 
 
@@ -253,6 +273,10 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", tma=True)
     with pytest.raises(ValueError, match="wgmma_ws kernel always takes 64 query rows"):
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", rg=1)
+    with pytest.raises(ValueError, match="wgmma_t kernel always takes 40 query rows"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma_t", rg=2)
+    with pytest.raises(ValueError, match="lookahead is an option of the wgmma_ws kernel, not of 'wgmma_t'"):
+        NativeTreeVerify(**x, scale=SCALE, impl="wgmma_t", lookahead=1)
     with pytest.raises(ValueError, match="lookahead must be 1 or 2"):
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma_ws", lookahead=3)
     with pytest.raises(ValueError, match="lookahead is an option of the wgmma_ws kernel, not of 'wgmma'"):
@@ -266,6 +290,12 @@ def test_auto_picks_wgmma_ws_on_sm90_only(monkeypatch):
         if want == "wgmma_ws":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
             assert resolve_impl("auto", None, rg, max_prefix=16383) == "wgmma"
             assert resolve_impl("auto", None, rg, max_prefix=16384) == "wgmma_ws"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    # few query rows per request: wgmma_t on long prefixes, wgmma below, never wgmma_ws
+    for rows, prefix, want in [(72, 65535, "wgmma"), (72, 65536, "wgmma_t"), (80, 185000, "wgmma_t"), (40, 65536, "wgmma"), (40, 131072, "wgmma_t"), (64, 131071, "wgmma"), (1, 185000, "wgmma_t"), (81, 185000, "wgmma_ws"), (520, 16384, "wgmma_ws"), (520, 16383, "wgmma")]:
+        assert resolve_impl("auto", None, None, max_prefix=prefix, rows=rows) == want, (rows, prefix)
+    assert resolve_impl("auto", None, None, rows=72) == "wgmma"  # prefix unknown: the short-prefix choice
+    assert resolve_impl("auto", None, 2, max_prefix=185000, rows=72) == "mma"
     assert resolve_impl("mma", None) == "mma" and resolve_impl("wgmma", None) == "wgmma"
     with pytest.raises(ValueError, match="impl must be"):
         resolve_impl("fastest", None)
@@ -336,12 +366,12 @@ def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
 
 
 def _needs_sm90(impl):
-    if impl in ("wgmma", "wgmma_ws") and torch.cuda.get_device_capability() != (9, 0):
+    if impl in HOPPER_IMPLS and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip(f"the {impl} kernel is built for sm_90a only")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2)])
+@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2), ("wgmma_t", False, None)])
 def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
     from specdiag.bench import check_native
 
@@ -360,14 +390,14 @@ def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("lookahead", [1, 2])
-def test_ws_lazy_rescale_follows_a_rising_max(lookahead):
-    """The ws kernel moves each row's reference max only when it rises by more than 2^8
+@pytest.mark.parametrize("impl, lookahead", [("wgmma_ws", 1), ("wgmma_ws", 2), ("wgmma_t", None)])
+def test_lazy_rescale_follows_a_rising_max(impl, lookahead):
+    """The ws and transposed kernels move each row's reference max only when it rises by more than 2^8
     (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
     of log2 units along one split (prefix_splits=1), so the reference moves several times
     mid-split, and the tree block (scaled the most) moves it again: the result must still match
     float64."""
-    _needs_sm90("wgmma_ws")
+    _needs_sm90(impl)
     x, _ = make_verify_inputs([9000, 3000], nodes=17, heads=8, page_size=16, seed=21, q_scale=1.0)
     pt, ps = x["page_table"], x["kv_pool"].shape[1]
     pool = x["kv_pool"].view(-1, x["kv_pool"].shape[-1])
@@ -380,7 +410,7 @@ def test_ws_lazy_rescale_follows_a_rising_max(lookahead):
     first, whole = s[:, :32].amax(1), s.amax(1)
     assert float((whole - first).min()) > 8, "the max must rise past the slack after the first tile"
     # one prefix split: a single CTA walks the whole ramp (planned splits would each see ~2 units)
-    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_ws", prefix_splits=1, lookahead=lookahead)
+    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl=impl, prefix_splits=1, lookahead=lookahead)
     assert op.plan.n_prefix_splits == 1
     out, lse = op.run()
     torch.cuda.synchronize()
@@ -409,7 +439,7 @@ def test_merge_past_its_shared_weight_buffer(splits, groups):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "auto"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_t", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")
@@ -424,7 +454,7 @@ def test_native_runs_on_a_side_stream(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_t"])
 def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     from specdiag.probes.workloads import make_workload
 
@@ -433,7 +463,8 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     run()
     torch.cuda.synchronize()
     op = run.__self__
-    p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl != "mma" else None)
+    tiles = dict(cta_rows=40, bn=64) if impl == "wgmma_t" else {}
+    p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl != "mma" else None, **tiles)
     assert op.impl == impl and op.plan == p
 
 

@@ -48,11 +48,13 @@ LAYERS = 61  # Kimi-K2
 # sweep implementation -> (native kernel or None, KV page size); "wgmma_tma" is the wgmma
 # kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys;
 # "native_ws" the warp-specialised wgmma kernel with its default lookahead, "native_ws_la1" /
-# "native_ws_la2" with Q K^T one / two tiles ahead of P V
+# "native_ws_la2" with Q K^T one / two tiles ahead of P V, "native_t" the transposed kernel
+# (query rows in the wgmma's N)
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
     "native_wgmma_tma": ("wgmma_tma", 64), "native_ws": ("wgmma_ws", 64), "native_ws_ps1": ("wgmma_ws", 1),
     "native_ws_la1": ("wgmma_ws_la1", 64), "native_ws_la2": ("wgmma_ws_la2", 64),
+    "native_t": ("wgmma_t", 64), "native_t_ps1": ("wgmma_t", 1),
     "triton": (None, 1), "torch": (None, 1),
 }
 
@@ -198,6 +200,7 @@ def check_native(cases=None, seed: int = 1234, impl: str = "mma", tma: bool = Fa
             ([2500], 17, 8, 64, "random", 4),
             ([123], 3, 128, 1, "chain", None),
             ([0, 5000, 31], 33, 4, 64, "random", None),  # ragged, one request with no prefix
+            ([64, 129, 1], 10, 8, 1, "random", None),  # 80 rows (two 40-row CTAs of wgmma_t), prefixes at 64-key tile edges
         ]
     results = []
     for i, (lens, nodes, heads, ps, shape, rg) in enumerate(cases):

@@ -19,11 +19,17 @@
 //      P's trip through shared memory (two buffers, no-swizzle core-matrix layout): where
 //      warpgroup 0 stores each P value from its accumulator layout is where the K-major
 //      descriptor of both warpgroups' P V reads P[row][key], and those stores are free of bank
-//      conflicts.
+//      conflicts;
+//   5. for the transposed kernel (tree_verify_mla_t.cu): its 64-key tiles loaded by one
+//      warpgroup and its 40-row Q by both, S^T = K Q^T (A = the key tile, B = Q) over all 576
+//      dims, V^T P^T with A = the tile read MN-major (each warpgroup's four 64-dim blocks) and
+//      B = P^T: where warpgroup 0 stores each P value (after the lane-pair swap) is where the
+//      K-major descriptor reads P^T[row][key], every element once, free of bank conflicts.
 // Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
 #include "../../kernels/tree_verify_mla_ws.cu"
+#include "../../kernels/tree_verify_mla_t.cu"
 
 #include <cstdio>
 #include <vector>
@@ -165,12 +171,76 @@ static void check_ws() {
   for (int i = 0; i < W::BM * W::BN; ++i) expect(stored[i] == 1, "every P element stored once", i / W::BN, i % W::BN, stored[i], 0);
 }
 
+// tree_verify_mla_t.cu: keys in M, query rows in N.
+static void check_t() {
+  namespace X = tvt;
+  const uint32_t q_base = 1024, k_base = 1024 + X::Q_B + X::TILE_B, p_base = 1024 + X::Q_B + X::STAGES * X::TILE_B;
+  expect(k_base % 1024 == 0 && p_base % 16 == 0, "t: stages on swizzle atoms", k_base, p_base, 0, 0);
+  check_loads<X::BN, X::WG>(k_base);  // a 64-key tile, by warpgroup 1 alone
+  {  // Q: idx = tid + 256 j over NQ * 72 chunks, each once, at the swizzled place of its element
+    std::vector<int> seen(X::NQ * 72, 0);
+    for (int tid = 0; tid < X::NT; ++tid)
+      for (int idx = tid; idx < X::NQ * 72; idx += X::NT) {
+        const int r = idx / 72, chunk = idx % 72;
+        seen[idx] += 1;
+        expect(q_base + X::q_offset(r, chunk) == element(q_base, X::NQ, r, chunk * 8), "t: Q chunk at its element", r, chunk, 0, 0);
+      }
+    for (int i = 0; i < X::NQ * 72; ++i) expect(seen[i] == 1, "t: Q chunk copied once", i / 72, i % 72, seen[i], 0);
+  }
+  for (int ks = 0; ks < X::KSTEPS; ++ks) {
+    const uint64_t da = tvg::kstep_desc(k_base, X::BN, ks), db = tvg::kstep_desc(q_base, X::NQ, ks);
+    expect((da >> 62) == 1 && (db >> 62) == 1, "t: S^T descriptors use the 128-byte swizzle", ks, 0, 0, 0);
+    for (int k = 0; k < 16; ++k) {
+      for (int m = 0; m < X::BN; ++m) expect(k_major(da, m, k) == element(k_base, X::BN, m, 16 * ks + k), "t: S^T A = K[key][dim]", ks, m, k, 0);
+      for (int n = 0; n < X::NQ; ++n) expect(k_major(db, n, k) == element(q_base, X::NQ, n, 16 * ks + k), "t: S^T B = Q[row][dim]", ks, n, k, 0);
+    }
+  }
+  for (int wg = 0; wg < 2; ++wg)
+    for (int mb = 0; mb < X::MB; ++mb)
+      for (int kk = 0; kk < X::BN / 16; ++kk) {
+        const uint64_t da = X::vt_desc(k_base, wg, mb, kk);
+        expect(start_of(da) % 1024 == 0, "t: V^T descriptor starts on a swizzle atom", wg, mb, kk, 0);
+        for (int k = 0; k < 16; ++k)
+          for (int m = 0; m < 64; ++m)
+            expect(mn_major(da, m, k) == element(k_base, X::BN, 16 * kk + k, 256 * wg + 64 * mb + m), "t: PV A = V^T[dim][key]", wg, mb, m, k);
+      }
+  // P^T: thread (warp w, g, t4) holds keys 16 w + g + 8 h of columns 8 i + 2 t4 + c; after the
+  // swap with lane g ^ 1, even g stores (column 8 i + 2 t4, keys key, key + 1), odd g
+  // (column 8 i + 2 t4 + 1, keys key - 1, key)
+  std::vector<int> stored(X::NQ * X::BN, 0);
+  for (int x = 0; x < 2; ++x) {
+    const uint32_t buf = p_base + x * X::P_BUF;
+    for (int kk = 0; kk < X::BN / 16; ++kk) expect((X::pt_desc(buf, kk) >> 62) == 0, "t: P^T descriptor: no swizzle", x, kk, 0, 0);
+    for (int warp = 0; warp < 4; ++warp)
+      for (int i = 0; i < X::NI; ++i)
+        for (int h = 0; h < 2; ++h) {
+          bool bank[32] = {};
+          for (int lane = 0; lane < 32; ++lane) {
+            const int g = lane >> 2, t4 = lane & 3, key = 16 * warp + g + 8 * h, n0 = 8 * i + 2 * t4;
+            const int col = (g & 1) ? n0 + 1 : n0, key0 = (g & 1) ? key - 1 : key;
+            const uint32_t off = (g & 1) ? X::pt_offset(n0 + 1, key - 1) : X::pt_offset(n0, key);
+            expect(off % 4 == 0 && off + 4 <= (uint32_t)X::P_BUF, "t: P^T store inside its buffer", col, key0, 0, 0);
+            expect(!bank[(off / 4) % 32], "t: P^T store bank-conflict free", warp, i, h, lane);
+            bank[(off / 4) % 32] = true;
+            for (int e = 0; e < 2; ++e) {
+              if (x == 0) stored[col * X::BN + key0 + e] += 1;
+              expect(k_major_interleave(X::pt_desc(buf, (key0 + e) / 16), col, (key0 + e) % 16) == buf + off + 2 * e, "t: PV B = P^T[row][key]", x, col, key0 + e, 0);
+            }
+          }
+        }
+  }
+  for (int i = 0; i < X::NQ * X::BN; ++i) expect(stored[i] == 1, "t: every P^T element stored once", i / X::BN, i % X::BN, stored[i], 0);
+  for (int ci = 0; ci < X::COLS; ++ci)
+    for (int t4 = 0; t4 < 4; ++t4) expect(X::col_of(ci, t4) == 8 * (ci / 2) + 2 * t4 + ci % 2, "t: column of a thread's index", ci, t4, 0, 0);
+}
+
 int main() {
   const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // 1024-aligned, the last stage
   check_exchange_banks();
   check_loads<BN>(k_base);
   check_loads<BM>(q_base);
   check_ws();
+  check_t();
   for (int half = 0; half < 2; ++half)
     for (int ks = 0; ks < KSTEPS / 2; ++ks) {
       const uint64_t da = qk_desc(q_base, BM, half, ks), db = qk_desc(k_base, BN, half, ks);
@@ -196,6 +266,6 @@ int main() {
     std::printf("%d failures\n", failures);
     return 1;
   }
-  std::printf("wgmma layout (v4 and ws kernels): all checks passed\n");
+  std::printf("wgmma layout (v4, ws and transposed kernels): all checks passed\n");
   return 0;
 }

@@ -14,8 +14,13 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   softmax and half of P V, one or two Q K^T ahead of its P V (``lookahead``); warpgroup 1 loads the key tiles
   (4 stages) and computes the other half of P V; P goes through shared memory (two buffers);
   they meet at named barriers only (sm_90a);
-* ``impl="auto"`` (default): on an sm_90 GPU ``wgmma_ws`` from a 16k-token prefix on and
-  ``wgmma`` below it (``resolve_impl``), ``mma`` elsewhere.
+* ``impl="wgmma_t"``: ``kernels/tree_verify_mla_t.cu``, the transposed products for few query
+  rows: keys are the 64-row M of every wgmma and query rows its N (40 per CTA), so a 72-row
+  request is 80 rows of MMA work instead of 128 (sm_90a); 64-key tiles in 2 stages, roles as in
+  ``wgmma_ws``;
+* ``impl="auto"`` (default): on an sm_90 GPU, for up to 80 query rows per request ``wgmma_t``
+  from a 64k (65-80 rows) or 128k (up to 64 rows) prefix on, otherwise ``wgmma_ws`` from a
+  16k-token prefix on; ``wgmma`` below those (``resolve_impl``), ``mma`` elsewhere.
 
 Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
 data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json) and timed in
@@ -31,31 +36,46 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS_MIN_PREFIX", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS_MIN_PREFIX", "AUTO_T_MIN_PREFIX", "T_ROWS", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
 DP = MLA_HEAD_DIM + 8
 S_STRIDE = BN + 8  # floats per row of the partial-S exchange (tvc::s_stride in the .cuh)
-IMPLS = ("mma", "wgmma", "wgmma_ws")
-HOPPER_IMPLS = ("wgmma", "wgmma_ws")  # sm_90a only, 64 query rows per CTA
+IMPLS = ("mma", "wgmma", "wgmma_ws", "wgmma_t")
+HOPPER_IMPLS = ("wgmma", "wgmma_ws", "wgmma_t")  # sm_90a only; no rg choice (64 query rows per CTA, wgmma_t: T_ROWS)
 WS_STAGES = 4  # key-tile stages of the wgmma_ws kernel
+T_ROWS = 40  # query rows per CTA of the transposed wgmma_t kernel (the N of its wgmmas; must match the .cu)
+T_BN = 64  # keys per tile of wgmma_t (the M of its wgmmas)
+T_STAGES = 2
 
 
-AUTO_WS_MIN_PREFIX = 16384  # "auto" on sm_90: wgmma_ws from this longest prefix on, wgmma below
+AUTO_WS_MIN_PREFIX = 16384  # "auto" on sm_90, more than 2 * T_ROWS query rows: wgmma_ws from this longest prefix on, wgmma below
+# "auto" on sm_90 with few query rows per request: wgmma_t from these longest prefixes on, wgmma below
+AUTO_T_MIN_PREFIX = {64: 131072, 2 * T_ROWS: 65536}  # up to 64 rows (one wgmma CTA), up to 80 (two)
 
 
-def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None) -> str:
-    """``"auto"`` -> the fastest kernel the device can run. On sm_90 that is wgmma_ws when the
-    longest prefix is at least ``AUTO_WS_MIN_PREFIX`` (or unknown), else wgmma. In the H200
-    sweep wgmma_ws was 1.25-1.42x of wgmma's speed at >= 32k and 1.12-1.32x at 16k, except for
-    72 rows (0.76x at 16k, 0.88x at 32k, 1.02-1.15x from 64k), and 0.73-1.19x at <= 4k,
-    where fixed costs dominate.
+def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None, rows: int | None = None) -> str:
+    """``"auto"`` -> the fastest kernel the device can run, by the H200 measurements
+    (data/context_sweep_h200.json and the wgmma_t runs in docs/kernel_notes.md). On sm_90:
+
+    * ``rows`` (query rows per request, heads x nodes) up to 80: wgmma_t from the prefix in
+      ``AUTO_T_MIN_PREFIX`` on (64k for 65-80 rows, 128k up to 64), wgmma below. At 72 rows
+      wgmma_t took 68 us at 64k and 138 us at 185k against 72 / 151 us (wgmma_ws) and 75 / 174 us
+      (wgmma); at 40 rows wgmma stays ahead up to 64k (49 us vs 55.5), wgmma_t leads at 185k
+      (90 vs 100). wgmma_ws was never the fastest at these sizes;
+    * more rows (or ``rows`` unknown): wgmma_ws when the longest prefix is at least
+      ``AUTO_WS_MIN_PREFIX`` (or unknown), else wgmma: wgmma_ws was 1.25-1.42x of wgmma's speed at
+      >= 32k and 1.12-1.32x at 16k, 0.73-1.19x at <= 4k, where fixed costs dominate.
+
     Elsewhere it is mma, also when an ``rg`` other than 4 asks for fewer query rows per CTA,
     which only mma has."""
     if impl == "auto":
         if torch.cuda.get_device_capability(device) != (9, 0) or rg not in (None, 4):
             return "mma"
+        if rows is not None and rows <= 2 * T_ROWS:
+            need = AUTO_T_MIN_PREFIX[64 if rows <= 64 else 2 * T_ROWS]
+            return "wgmma_t" if max_prefix is not None and max_prefix >= need else "wgmma"
         return "wgmma" if max_prefix is not None and max_prefix < AUTO_WS_MIN_PREFIX else "wgmma_ws"
     if impl not in IMPLS:
         raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
@@ -70,6 +90,9 @@ def smem_bytes(rg: int, impl: str = "mma") -> int:
     if impl == "wgmma_ws":  # Q + WS_STAGES key tiles + 2 P buffers (64 x BN bf16) + 4 floats per row
         # (2 factor buffers, max, sum), + 1024 B alignment
         return 64 * MLA_HEAD_DIM * 2 + WS_STAGES * BN * MLA_HEAD_DIM * 2 + 2 * 64 * BN * 2 + 4 * 64 * 4 + 1024
+    if impl == "wgmma_t":  # Q (T_ROWS rows) + T_STAGES 64-key tiles + 2 P^T buffers + 8 floats per
+        # query row (2 factor buffers, 4 per-warp reductions, max, sum), + 1024 B alignment
+        return T_ROWS * MLA_HEAD_DIM * 2 + T_STAGES * T_BN * MLA_HEAD_DIM * 2 + 2 * T_ROWS * T_BN * 2 + 8 * T_ROWS * 4 + 1024
     bm, nw = 16 * rg, 2 * rg
     return bm * DP * 2 + STAGES * BN * DP * 2 + nw * 16 * S_STRIDE * 4
 
@@ -82,6 +105,12 @@ class LaunchPlan:
     prefix_tiles_per_split: int
     n_tree_splits: int
     tree_tiles_per_split: int
+    bn: int = BN  # keys per tile (the unit of the tile counts above)
+    cta_rows: int | None = None  # query rows per CTA where not 16 * rg (wgmma_t)
+
+    @property
+    def rows_per_cta(self) -> int:
+        return self.cta_rows or 16 * self.rg
 
     @property
     def splits(self) -> int:
@@ -110,7 +139,7 @@ def _tree_per(tree_tiles: int, per: int, prefix_tiles: int) -> int:
     return min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
 
 
-def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int, rg: int | None = None, prefix_splits: int | None = None) -> LaunchPlan:
+def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int, rg: int | None = None, prefix_splits: int | None = None, *, cta_rows: int | None = None, bn: int = BN) -> LaunchPlan:
     """Split-KV plan.
 
     64 query rows per CTA (rg=4) by default: fastest at every shape of the H200 tuning run
@@ -119,6 +148,9 @@ def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int
     CTAs (one per SM), each split long enough to pay for a CTA's fixed cost. (The earlier rule,
     ceil(SMs / query tiles) splits, launched 135 CTAs on 132 SMs for 9 query tiles and made
     those shapes take two full CTA lifetimes: ncu, H=8 T=65 at 185k, SMs active 49% of the time.)
+
+    ``cta_rows`` and ``bn`` describe a kernel with other CTA and tile sizes (wgmma_t: 40 query
+    rows, 64-key tiles); a CTA's fixed cost is then ``CTA_OVERHEAD_TILES`` 32-key tiles' worth.
     """
     if rg is None:
         rg = 4
@@ -128,10 +160,13 @@ def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int
         raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
     if prefix_splits is not None and prefix_splits < 1:
         raise ValueError(f"prefix_splits must be >= 1, got {prefix_splits}")
-    m_tiles = math.ceil(rows / (16 * rg))
+    if (cta_rows is not None and cta_rows < 1) or bn < 1:
+        raise ValueError(f"cta_rows and bn must be >= 1, got {cta_rows}, {bn}")
+    m_tiles = math.ceil(rows / (cta_rows or 16 * rg))
     m_ctas = m_tiles * batch
-    prefix_tiles = math.ceil(max_prefix / BN)
-    tree_tiles = math.ceil(nodes / BN)
+    prefix_tiles = math.ceil(max_prefix / bn)
+    tree_tiles = math.ceil(nodes / bn)
+    overhead = CTA_OVERHEAD_TILES * BN / bn
     if prefix_tiles == 0:
         n_prefix, per = 0, 1
     else:
@@ -143,14 +178,14 @@ def plan_launch(rows: int, nodes: int, max_prefix: int, batch: int, num_sms: int
         for n in candidates:
             p = math.ceil(prefix_tiles / n)
             tp = _tree_per(tree_tiles, p, prefix_tiles)
-            cost = plan_makespan(m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms)
+            cost = plan_makespan(m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms, overhead=overhead)
             if best is None or cost < best[0]:
                 best = (cost, p)
         per = best[1]
         n_prefix = math.ceil(prefix_tiles / per)
     tree_per = _tree_per(tree_tiles, per, prefix_tiles)
     n_tree = math.ceil(tree_tiles / tree_per)
-    return LaunchPlan(rg, m_tiles, n_prefix, per, n_tree, tree_per)
+    return LaunchPlan(rg, m_tiles, n_prefix, per, n_tree, tree_per, bn=bn, cta_rows=cta_rows)
 
 
 WS_LOOKAHEAD_MIN_TILES = 3  # query tiles from which wgmma_ws keeps two Q K^T ahead
@@ -207,7 +242,7 @@ class NativeTreeVerify:
 
         if impl in HOPPER_IMPLS:
             if rg not in (None, 4):
-                raise ValueError(f"the {impl} kernel always takes 64 query rows per CTA (rg=4), got rg={rg}")
+                raise ValueError(f"the {impl} kernel always takes {T_ROWS if impl == 'wgmma_t' else 64} query rows per CTA (rg=4 or None), got rg={rg}")
             rg = 4
         x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, MLA_V_DIM, check_pages=check)
         for name, t in (("q", x.q), ("kv_pool", x.kv_pool), ("tree_kv", x.tree_kv)):
@@ -220,7 +255,7 @@ class NativeTreeVerify:
         dev = x.q.device
         if tma and impl == "auto":
             impl = "wgmma" if resolve_impl("auto", dev, rg) != "mma" else "mma"  # the one kernel with TMA loads, where it runs
-        impl = resolve_impl(impl, dev, rg, max_prefix=int(x.prefix_lens.max()))
+        impl = resolve_impl(impl, dev, rg, max_prefix=int(x.prefix_lens.max()), rows=x.q.shape[1] * x.q.shape[2])
         if tma and impl != "wgmma":
             raise ValueError(f"tma=True needs the wgmma kernel; 'auto' picked {impl!r} on this GPU")
         if lookahead is not None and impl != "wgmma_ws":
@@ -244,7 +279,8 @@ class NativeTreeVerify:
         )
         q_, pool, pt, lens, tkv, mask = self._keep
         num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        self.plan = plan = plan_launch(rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits)
+        tiles = dict(cta_rows=T_ROWS, bn=T_BN) if impl == "wgmma_t" else {}
+        self.plan = plan = plan_launch(rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits, **tiles)
         ns = plan.splits
         self.o_part = torch.empty(b, ns, rows, MLA_V_DIM, device=dev, dtype=torch.float32)
         self.lse_part = torch.empty(b, ns, rows, device=dev, dtype=torch.float32)
@@ -260,6 +296,8 @@ class NativeTreeVerify:
                 self.lookahead = lookahead or ws_lookahead(plan)
                 name = "tree_verify_partial_ws" if self.lookahead == 1 else "tree_verify_partial_ws_la2"
                 self._partial = kernels.load_module("tree_verify_mla_ws", dev.index).get_function(name)
+            elif impl == "wgmma_t":
+                self._partial = kernels.load_module("tree_verify_mla_t", dev.index).get_function(f"tree_verify_partial_t{T_ROWS}")
             else:
                 self._partial = mod.get_function(f"tree_verify_partial_rg{plan.rg}")
         self._merge = mod.get_function("tree_verify_merge")
@@ -280,7 +318,7 @@ class NativeTreeVerify:
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
-        self._block = (64 * plan.rg, 1, 1)  # wgmma, wgmma_ws: rg=4, two warpgroups
+        self._block = (64 * plan.rg, 1, 1)  # the Hopper kernels: rg=4, two warpgroups
         self._smem = smem_bytes(plan.rg, impl)
         self._merge_grid = (rows, b, merge_groups(ns))
         self._launches = None
