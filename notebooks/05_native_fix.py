@@ -13,18 +13,20 @@
 # %% [markdown]
 # # 05 · The native fix: a tree-verify attention kernel that uses the whole GPU
 #
-# Three CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
+# Four CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
 # `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables),
-# `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`) and
+# `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`),
 # `kernels/tree_verify_mla_ws.cu` (the same tiles with warp-specialised warpgroups, sm_90a;
-# `native_ws`, the default on an H100/H200 from a 16k-token prefix on). All do the same thing:
+# `native_ws`, the default on an H100/H200 from a 16k-token prefix on) and
+# `kernels/tree_verify_mla_t.cu` (the transposed products for at most 80 query rows, sm_90a;
+# `native_t`, section 7b). `native_auto` is whichever `impl="auto"` picks at each shape. All do the same thing:
 #
 # * **prefix**: read page by page as whole 1152-byte token rows with 16-byte `cp.async`
 #   loads (any page size, page_size=1 included), **split-KV across all SMs** at batch 1,
 #   **no mask**;
 # * **tree block**: the nodes' own latents under the ancestor mask;
-# * all `nodes x heads` query rows folded into the MMA M dimension (tensor cores, bf16),
-#   partials **merged by log-sum-exp**.
+# * all `nodes x heads` query rows folded into the MMA M dimension (the transposed kernel: N)
+#   (tensor cores, bf16), partials **merged by log-sum-exp**.
 #
 # The wgmma kernel keeps its tiles in shared memory in the 128-byte-swizzled layout that both
 # its loads and the tensor cores read without bank conflicts; it can also fetch contiguous
@@ -95,14 +97,16 @@ checks[["kernel", "prefix_lens", "nodes", "heads", "page_size", "tree", "splits"
 if source == "measure":
     ceilings = bench.measure_ceilings()
     contexts = (4096, 65536) if smoke else bench.SWEEP_CONTEXTS
-    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2") if hopper else ())
+    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_t", "native_t_ps1") if hopper else ())
     doc = {"machine": bench.machine_metadata(), "ceilings": ceilings, "rows": bench.context_sweep(contexts=contexts, impls=impls, rep_ms=20 if smoke else 60)}
 else:
     doc = data.load_json(sweep_file)
     print("recorded on:", data.describe_machine(doc["machine"]))
 ceilings = doc["ceilings"]
 df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
-best = next(i for i in ("native_ws", "native_wgmma", "native") if i in set(df.impl))  # the fastest at long context (the default from a 16k prefix)
+if "native_ws" in set(df.impl):  # an sm_90 run: the kernel impl="auto" picks at each shape, as "native_auto"
+    df = analysis.with_auto(df)
+best = next(i for i in ("native_auto", "native_ws", "native_wgmma", "native") if i in set(df.impl))
 speed = analysis.speedup_table(df, new=best)
 if best != "native":  # the mma.sync kernel beside it
     mma = analysis.speedup_table(df, new="native").rename(columns={"speedup": "speedup_mma"})
@@ -208,6 +212,27 @@ else:
 ws_table
 
 # %% [markdown]
+# ## 7b. Few query rows: the transposed products (`native_t`, the default up to 80 rows)
+# A wgmma's M is 64 rows, and the kernels above put query rows in M: a 72-row request (8 heads
+# x 9 nodes) is two CTAs of 64 padded rows. `kernels/tree_verify_mla_t.cu` puts keys in M and
+# query rows in N (40 per CTA): S^T = K Q^T and O^T = V^T P^T, 64-key tiles in 2 stages.
+# Clock counters inside it showed a chain of 36 dependent wgmmas on one accumulator running at
+# ~83 cycles each, the latency of a wgmma rather than its throughput; it now accumulates into two
+# register sets. `auto` picks it by query rows and prefix (`native_auto` below is what `auto`
+# delivers at each shape).
+
+# %%
+if "native_t" in set(df.impl):
+    print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_ws", "native_t", "transposed over warp-specialised, <= 80 rows", min_context=65536))
+    print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_wgmma", "native_t", "transposed over wgmma, <= 80 rows", min_context=65536))
+    small = df[(df.heads * df.nodes <= 80) & df.impl.isin(["native_wgmma", "native_ws", "native_t", "native_auto"])]
+    t_table = small.pivot_table(index=["context", "heads", "nodes"], columns="impl", values="x_floor").round(2)
+else:
+    print("no transposed-kernel measurements here (not an sm_90 GPU, or an older recording)")
+    t_table = None
+t_table
+
+# %% [markdown]
 # ## 8. Where the time goes: one stage left out at a time
 # The wgmma kernels rebuilt with one stage of their main loops deleted (results wrong by
 # design, same launches), each timed as a fraction of the full kernel; `eager` is the
@@ -231,17 +256,19 @@ ablation.round(2)
 # **Reading the numbers honestly** (the recorded H200 run; re-measure with `measure="always"`).
 #
 # **The collapse is gone.** At 185k context, H=8 and a 9-node tree, 61 layers of verify
-# attention take about 9.2 ms on the warp-specialised kernel instead of 1.98 s for the
-# page_size=1 baseline, and at page size 1 too (pages of one token now cost at most 1.02x of
-# pages of 64: each row's page index is read one tile load ahead).
+# attention take about 8.4 ms with the kernel `auto` picks there (the transposed one) instead
+# of 1.98 s for the page_size=1 baseline: 233x. Pages of one token cost at most 1.02x of pages
+# of 64 (each row's page index is read one tile load ahead).
 #
-# **It is not at the hardware's limit.** The kernel is 1.7x to 5.8x above the roofline floor
-# at >= 32k, peaking near 460-470 TFLOP/s against a bf16 GEMM measured at 780-800.
-# - Every shape of >= 520 query rows is within 1.7-2.6x of the floor.
-# - The 5.8x is the 72-row problem at 32k: two 64-row tiles for 72 rows, 52 us where the
-#   floor is 9 us (3.0x at 185k). There the wgmma kernel is 12% faster than the
-#   warp-specialised one; `auto` still picks the latter from a 16k prefix on.
-# - About 7 us of those 52 are the split merge (65 splits of 72 rows). It took 19 us until it
+# **It is not at the hardware's limit.** `auto` is 1.7x to 5.1x above the roofline floor at
+# >= 32k, peaking near 460-470 TFLOP/s against a bf16 GEMM measured at 780-800.
+# - Every shape of >= 520 query rows is within 1.7-2.6x of the floor (the warp-specialised
+#   kernel).
+# - 72 rows: 5.1x at 32k (wgmma), 3.8x at 64k and 2.8x at 185k (transposed; the
+#   warp-specialised kernel was 4.0x and 3.0x). Even a pure stream of the KV by one CTA per
+#   SM reached 3.6 TB/s, not the 4.25 of the copy the floor uses, and two 40-row CTAs read
+#   every key tile.
+# - About 7 us of a 72-row call are the split merge (65 splits). It took 19 us until it
 #   was spread over 4 CTAs per row with its loads overlapped (`docs/kernel_notes.md`).
 #
 # **What bounds it now** (the ablations):

@@ -85,3 +85,26 @@ def lookahead_labels(frame, column: str = "impl"):
         la = frame.lookahead.dropna()
         out.loc[la.index] = out.loc[la.index] + "_la" + la.astype(int).astype(str)
     return out
+
+
+# sweep implementation of each Hopper kernel "auto" may pick (page size 64)
+AUTO_SWEEP_IMPLS = {"wgmma": "native_wgmma", "wgmma_ws": "native_ws", "wgmma_t": "native_t"}
+
+
+def with_auto(df, name: str = "native_auto"):
+    """``df`` plus rows ``name``: per (context, heads, nodes), the measurement of the kernel
+    ``impl="auto"`` picks on sm_90 (``native.hopper_auto``: by query rows and prefix), where that
+    kernel was measured; what the library's default delivers at each shape."""
+    import pandas as pd
+
+    from .attention.native import hopper_auto
+
+    picks = []
+    for (ctx, h, t), g in df.groupby(["context", "heads", "nodes"]):
+        impl = AUTO_SWEEP_IMPLS[hopper_auto(h * t, ctx)]
+        row = g[g.impl == impl]
+        if len(row):
+            picks.append(row.iloc[0].copy())
+            picks[-1]["impl"] = name
+            picks[-1]["auto_kernel"] = impl
+    return pd.concat([df, pd.DataFrame(picks)], ignore_index=True) if picks else df

@@ -36,7 +36,7 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS_MIN_PREFIX", "AUTO_T_MIN_PREFIX", "T_ROWS", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS_MIN_PREFIX", "AUTO_T_MIN_PREFIX", "T_ROWS", "hopper_auto", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
@@ -53,6 +53,16 @@ T_STAGES = 2
 AUTO_WS_MIN_PREFIX = 16384  # "auto" on sm_90, more than 2 * T_ROWS query rows: wgmma_ws from this longest prefix on, wgmma below
 # "auto" on sm_90 with few query rows per request: wgmma_t from these longest prefixes on, wgmma below
 AUTO_T_MIN_PREFIX = {64: 131072, 2 * T_ROWS: 65536}  # up to 64 rows (one wgmma CTA), up to 80 (two)
+
+
+def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
+    """The kernel ``"auto"`` picks on sm_90 for ``rows`` query rows per request and the longest
+    prefix (either may be unknown: None); see ``resolve_impl``. No torch needed: the notebooks
+    apply it to recorded sweeps."""
+    if rows is not None and rows <= 2 * T_ROWS:
+        need = AUTO_T_MIN_PREFIX[64 if rows <= 64 else 2 * T_ROWS]
+        return "wgmma_t" if max_prefix is not None and max_prefix >= need else "wgmma"
+    return "wgmma" if max_prefix is not None and max_prefix < AUTO_WS_MIN_PREFIX else "wgmma_ws"
 
 
 def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None, rows: int | None = None) -> str:
@@ -73,10 +83,7 @@ def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | Non
     if impl == "auto":
         if torch.cuda.get_device_capability(device) != (9, 0) or rg not in (None, 4):
             return "mma"
-        if rows is not None and rows <= 2 * T_ROWS:
-            need = AUTO_T_MIN_PREFIX[64 if rows <= 64 else 2 * T_ROWS]
-            return "wgmma_t" if max_prefix is not None and max_prefix >= need else "wgmma"
-        return "wgmma" if max_prefix is not None and max_prefix < AUTO_WS_MIN_PREFIX else "wgmma_ws"
+        return hopper_auto(rows, max_prefix)
     if impl not in IMPLS:
         raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
     return impl
