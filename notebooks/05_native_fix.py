@@ -212,7 +212,7 @@ else:
 ws_table
 
 # %% [markdown]
-# ## 7b. Few query rows: the transposed products (`native_t`, the default up to 80 rows)
+# ## 7b. Few query rows: the transposed products (`native_t`, what `auto` picks for <= 80 rows on long prefixes)
 # A wgmma's M is 64 rows, and the kernels above put query rows in M: a 72-row request (8 heads
 # x 9 nodes) is two CTAs of 64 padded rows. `kernels/tree_verify_mla_t.cu` puts keys in M and
 # query rows in N (40 per CTA): S^T = K Q^T and O^T = V^T P^T, 64-key tiles in 2 stages.

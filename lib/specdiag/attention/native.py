@@ -22,8 +22,9 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
   from a 64k (65-80 rows) or 128k (up to 64 rows) prefix on, otherwise ``wgmma_ws`` from a
   16k-token prefix on; ``wgmma`` below those (``resolve_impl``), ``mma`` elsewhere.
 
-Both are checked against a float64 reference on the H200 (data/native_check_h200.json,
-data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json) and timed in
+All are checked against a float64 reference on the H200 (data/native_check_h200.json,
+data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json,
+data/native_check_wgmma_t_h200.json) and timed in
 data/context_sweep_h200.json.
 """
 
@@ -71,9 +72,10 @@ def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | Non
 
     * ``rows`` (query rows per request, heads x nodes) up to 80: wgmma_t from the prefix in
       ``AUTO_T_MIN_PREFIX`` on (64k for 65-80 rows, 128k up to 64), wgmma below. At 72 rows
-      wgmma_t took 68 us at 64k and 138 us at 185k against 72 / 151 us (wgmma_ws) and 75 / 174 us
-      (wgmma); at 40 rows wgmma stays ahead up to 64k (49 us vs 55.5), wgmma_t leads at 185k
-      (90 vs 100). wgmma_ws was never the fastest at these sizes;
+      (the sweep) wgmma_t took 68 us at 64k and 138 us at 185k against 72 / 149 us (wgmma_ws)
+      and 74 / 172 us (wgmma), and wgmma led at 32k (45 vs 48 us); at 40 rows (probe runs, not
+      in the sweep) wgmma stayed ahead up to 64k (49 us vs 55.5) and wgmma_t led at 185k (90 vs
+      100). wgmma_ws was never the fastest at these sizes;
     * more rows (or ``rows`` unknown): wgmma_ws when the longest prefix is at least
       ``AUTO_WS_MIN_PREFIX`` (or unknown), else wgmma: wgmma_ws was 1.25-1.42x of wgmma's speed at
       >= 32k and 1.12-1.32x at 16k, 0.73-1.19x at <= 4k, where fixed costs dominate.
