@@ -170,16 +170,9 @@ __device__ __forceinline__ void verify_partial_t(
       // ------------------------------------------------ warpgroup 1: loads, O^T[256:512]
       const int t = tid - WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread: t / 8 + 16 i
-      static_assert(ROWS_T == 4, "load_tile picks a row's page out of four");
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::key_page(w, (w.tile_begin + tile) * BN + load_row<WG>(t, i), b, page_size, max_pages, page_table);
-      };
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(pg, w, (w.tile_begin + tile) * BN, t, b, page_size, max_pages, page_table); };
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
-        load_rows<BN, WG>(stage(tile), t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-          const int page = r < 16 ? pg[0] : r < 32 ? pg[1] : r < 48 ? pg[2] : pg[3];  // selects: no local memory
-          tvc::key_row_in<D>(w, (w.tile_begin + tile) * BN + r, page, b, T, page_size, kv_pool, tree_kv, p, bytes);
-        });
+        load_paged_tile<BN, WG, D>(stage(tile), pg, w, (w.tile_begin + tile) * BN, t, b, T, page_size, kv_pool, tree_kv);
       };
       int pg[ROWS_T];
       // cp.async groups: Q, tile 0, tile 1 (or empty), then one per iteration (tile j + 2)

@@ -118,20 +118,10 @@ __device__ __forceinline__ void verify_partial_ws(
     if (wg == 1) {
       // ------------------------------------------------ warpgroup 1: loads, O[:, 256:512]
       const int t = tid - WG;
-      // This thread's rows of a tile are load_row<WG>(t, i), i < ROWS_T; their pool pages are
-      // read one load ahead (page_size 1: every row is its own page-table entry, and the read
-      // would otherwise sit in front of the row's cp.async)
-      constexpr int ROWS_T = BN / (WG / 8);
-      static_assert(ROWS_T == 2, "load_tile picks a row's page out of two");
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::key_page(w, (w.tile_begin + tile) * BN + load_row<WG>(t, i), b, page_size, max_pages, page_table);
-      };
+      constexpr int ROWS_T = BN / (WG / 8);  // 2 rows of a tile per thread; pages read a load ahead (tile_pages)
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(pg, w, (w.tile_begin + tile) * BN, t, b, page_size, max_pages, page_table); };
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
-        load_rows<BN, WG>(stage(tile), t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-          const int page = r < WG / 8 ? pg[0] : pg[1];  // (a select: indexing pg by r would put it in local memory)
-          tvc::key_row_in<D>(w, (w.tile_begin + tile) * BN + r, page, b, T, page_size, kv_pool, tree_kv, p, bytes);
-        });
+        load_paged_tile<BN, WG, D>(stage(tile), pg, w, (w.tile_begin + tile) * BN, t, b, T, page_size, kv_pool, tree_kv);
       };
       int pg[ROWS_T];
       // cp.async groups: Q, tiles 0, 1, 2, then one per iteration (tile j + 3, or empty)

@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include "tree_verify_common.cuh"
+
 namespace tvg {
 
 #define TVG_HD __host__ __device__ __forceinline__
@@ -92,6 +94,29 @@ __device__ __forceinline__ void load_rows(uint32_t dst, int t, Src src) {
       cp_async16(dst + tile_offset(ROWS, row, chunk), p + chunk * 8, bytes);
     }
   }
+}
+
+// A key tile of ROWS rows loaded by THREADS threads (t = this thread's index among them), each
+// thread's rows load_row<THREADS>(t, i), i < ROWS / (THREADS / 8). Their pool pages are read a
+// load ahead into `pg` (tile_pages), then the rows are copied (load_paged_tile): with page size
+// 1 every row is its own page-table entry, and the read would otherwise sit in front of the
+// row's cp.async. tok0 = the tile's first key within its split's part.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void tile_pages(int (&pg)[ROWS / (THREADS / 8)], const tvc::SplitWork& w, int tok0, int t, int b,
+                                           int page_size, int max_pages, const int* __restrict__ page_table) {
+#pragma unroll
+  for (int i = 0; i < ROWS / (THREADS / 8); ++i) pg[i] = tvc::key_page(w, tok0 + load_row<THREADS>(t, i), b, page_size, max_pages, page_table);
+}
+template <int ROWS, int THREADS, int D>
+__device__ __forceinline__ void load_paged_tile(uint32_t dst, const int (&pg)[ROWS / (THREADS / 8)], const tvc::SplitWork& w, int tok0, int t,
+                                                int b, int T, int page_size, const __nv_bfloat16* __restrict__ kv_pool,
+                                                const __nv_bfloat16* __restrict__ tree_kv) {
+  load_rows<ROWS, THREADS>(dst, t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
+    int page = pg[0];  // row r is this thread's row r / (THREADS / 8): selects, as indexing pg by r would put it in local memory
+#pragma unroll
+    for (int k = 1; k < ROWS / (THREADS / 8); ++k) page = r >= k * (THREADS / 8) ? pg[k] : page;
+    tvc::key_row_in<D>(w, tok0 + r, page, b, T, page_size, kv_pool, tree_kv, p, bytes);
+  });
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
