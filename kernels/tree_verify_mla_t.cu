@@ -235,21 +235,21 @@ __device__ __forceinline__ void verify_partial_t(
       float(&s)[SV] = sc[0];     // ... added into the first (sum_chains) for the softmax
       float alpha[COLS];
       bool rescale = false;
-      auto issue_qk = [&](int tile) {  // S^T = K Q^T (tile) over all 576 dims (asynchronous)
+      auto fence_sc = [&]() {  // every chain's accumulators: none moves across the asynchronous Q K^T
 #pragma unroll
         for (int c = 0; c < QK_CHAINS; ++c)
 #pragma unroll
           for (int i = 0; i < SV; ++i) fence_operand(sc[c][i]);
+      };
+      auto issue_qk = [&](int tile) {  // S^T = K Q^T (tile) over all 576 dims (asynchronous)
+        fence_sc();
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks)
           wgmma_t<0>(sc[ks % QK_CHAINS], kstep_desc(stage(tile), BN, ks), kstep_desc(sQ, NQ, ks), ks >= QK_CHAINS);
         wgmma_commit();
       };
       auto sum_chains = [&]() {
-#pragma unroll
-        for (int c = 0; c < QK_CHAINS; ++c)
-#pragma unroll
-          for (int i = 0; i < SV; ++i) fence_operand(sc[c][i]);
+        fence_sc();
 #pragma unroll
         for (int c = 1; c < QK_CHAINS; ++c)
 #pragma unroll
