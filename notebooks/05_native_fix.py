@@ -13,12 +13,13 @@
 # %% [markdown]
 # # 05 · The native fix: a tree-verify attention kernel that uses the whole GPU
 #
-# Four CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
+# Five CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
 # `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables),
 # `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`),
 # `kernels/tree_verify_mla_ws.cu` (the same tiles with warp-specialised warpgroups, sm_90a;
-# `native_ws`, the default on an H100/H200 from a 16k-token prefix on) and
-# `kernels/tree_verify_mla_t.cu` (the transposed products for at most 80 query rows, sm_90a;
+# `native_ws`), `kernels/tree_verify_mla_ws64.cu` (the warp-specialised kernel on 64-key tiles,
+# sm_90a; `native_ws64`, section 7c, the default on an H100/H200 from a 4k-token prefix on) and
+# `kernels/tree_verify_mla_t.cu` (the transposed products for few query rows, sm_90a;
 # `native_t`, section 7b). `native_auto` is whichever `impl="auto"` picks at each shape. All do the same thing:
 #
 # * **prefix**: read page by page as whole 1152-byte token rows with 16-byte `cp.async`
@@ -41,6 +42,8 @@ sweep_file = "context_sweep_h200.json"
 check_file = "native_check_h200.json"
 wgmma_check_file = "native_check_wgmma_h200.json"
 ws_check_file = "native_check_wgmma_ws_h200.json"
+ws64_check_file = "native_check_wgmma_ws64_h200.json"
+t_check_file = "native_check_wgmma_t_h200.json"
 ablation_file = "native_ablation_h200.json"
 headline_context = 185000
 
@@ -79,8 +82,11 @@ if source == "measure":
     if hopper:
         checked["wgmma"] = {"machine": bench.machine_metadata(), "results": bench.check_native(impl="wgmma")}
         checked["wgmma_ws"] = {"machine": bench.machine_metadata(), "results": [r for la in (1, 2) for r in bench.check_native(impl="wgmma_ws", lookahead=la)]}
+        for impl in ("wgmma_ws64", "wgmma_t"):
+            checked[impl] = {"machine": bench.machine_metadata(), "results": bench.check_native(impl=impl)}
 else:
-    checked = {"mma": data.load_json(check_file), "wgmma": data.load_json(wgmma_check_file), "wgmma_ws": data.load_json(ws_check_file)}
+    files = {"mma": check_file, "wgmma": wgmma_check_file, "wgmma_ws": ws_check_file, "wgmma_ws64": ws64_check_file, "wgmma_t": t_check_file}
+    checked = {k: data.load_json(f) for k, f in files.items()}
     for k, c in checked.items():
         print(f"{k} recorded on:", data.describe_machine(c["machine"]))
 checks = pd.concat([pd.DataFrame(c["results"]).assign(kernel=k) for k, c in checked.items()], ignore_index=True)
@@ -97,7 +103,7 @@ checks[["kernel", "prefix_lens", "nodes", "heads", "page_size", "tree", "splits"
 if source == "measure":
     ceilings = bench.measure_ceilings()
     contexts = (4096, 65536) if smoke else bench.SWEEP_CONTEXTS
-    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_t", "native_t_ps1") if hopper else ())
+    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_t", "native_t_ps1") if hopper else ())
     doc = {"machine": bench.machine_metadata(), "ceilings": ceilings, "rows": bench.context_sweep(contexts=contexts, impls=impls, rep_ms=20 if smoke else 60)}
 else:
     doc = data.load_json(sweep_file)
@@ -106,7 +112,7 @@ ceilings = doc["ceilings"]
 df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
 if "native_ws" in set(df.impl):  # an sm_90 run: the kernel impl="auto" picks at each shape, as "native_auto"
     df = analysis.with_auto(df)
-best = next(i for i in ("native_auto", "native_ws", "native_wgmma", "native") if i in set(df.impl))
+best = next(i for i in ("native_auto", "native_ws64", "native_ws", "native_wgmma", "native") if i in set(df.impl))
 speed = analysis.speedup_table(df, new=best)
 if best != "native":  # the mma.sync kernel beside it
     mma = analysis.speedup_table(df, new="native").rename(columns={"speedup": "speedup_mma"})
@@ -212,25 +218,47 @@ else:
 ws_table
 
 # %% [markdown]
-# ## 7b. Few query rows: the transposed products (`native_t`, what `auto` picks for <= 80 rows on long prefixes)
+# ## 7b. Few query rows: the transposed products (`native_t`, what `auto` picks for <= 64 rows on long prefixes)
 # A wgmma's M is 64 rows, and the kernels above put query rows in M: a 72-row request (8 heads
 # x 9 nodes) is two CTAs of 64 padded rows. `kernels/tree_verify_mla_t.cu` puts keys in M and
 # query rows in N (40 per CTA): S^T = K Q^T and O^T = V^T P^T, 64-key tiles in 2 stages.
 # Clock counters inside it showed a chain of 36 dependent wgmmas on one accumulator running at
 # ~83 cycles each, the latency of a wgmma rather than its throughput; it now accumulates into two
-# register sets. `auto` picks it by query rows and prefix (`native_auto` below is what `auto`
-# delivers at each shape).
+# register sets. It led at 72 rows until the 64-key warp-specialised kernel (7c) overtook it;
+# `auto` keeps it for up to 64 rows from a 128k prefix on, by probe runs at 40 rows
+# (`native_auto` below is what `auto` delivers at each shape).
 
 # %%
 if "native_t" in set(df.impl):
     print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_ws", "native_t", "transposed over warp-specialised, <= 80 rows", min_context=65536))
     print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_wgmma", "native_t", "transposed over wgmma, <= 80 rows", min_context=65536))
-    small = df[(df.heads * df.nodes <= 80) & df.impl.isin(["native_wgmma", "native_ws", "native_t", "native_auto"])]
+    small = df[(df.heads * df.nodes <= 80) & df.impl.isin(["native_wgmma", "native_ws", "native_ws64", "native_t", "native_auto"])]
     t_table = small.pivot_table(index=["context", "heads", "nodes"], columns="impl", values="x_floor").round(2)
 else:
     print("no transposed-kernel measurements here (not an sm_90 GPU, or an older recording)")
     t_table = None
 t_table
+
+# %% [markdown]
+# ## 7c. 64-key tiles (`native_ws64`, what `auto` picks for most shapes)
+# Clock counters inside the warp-specialised kernel (per 32-key tile of ~3,000 cycles on the
+# H200) showed warpgroup 0 spending ~1,300 cycles just issuing its 36 Q K^T wgmmas and ~1,000
+# in the softmax of 16 scores per thread, one after the other. Each m64n32k16 reads 2 KB of Q
+# and 1 KB of K from shared memory, so most of the Q K^T traffic is Q again.
+# `kernels/tree_verify_mla_ws64.cu` keeps the roles and doubles the tile: every wgmma is
+# m64n64k16 (Q read once per 64 keys), the softmax works on 32 scores per thread, and shared
+# memory holds Q, two stages of 64 keys and a single P buffer (227 KB).
+
+# %%
+if "native_ws64" in set(df.impl):
+    print(analysis.speedup_range(df, "native_ws", "native_ws64", "64-key over 32-key warp-specialised"))
+    print(analysis.speedup_range(df, "native_ws64_ps1", "native_ws64", "64-key tiles, page_size=1 / page_size=64 time"))
+    ws64_table = analysis.speedup_table(df, base="native_ws", new="native_ws64")
+    ws64_table = ws64_table[ws64_table.context == ctx].round(3)
+else:
+    print("no 64-key-tile measurements here (not an sm_90 GPU, or an older recording)")
+    ws64_table = None
+ws64_table
 
 # %% [markdown]
 # ## 8. Where the time goes: one stage left out at a time
@@ -256,18 +284,16 @@ ablation.round(2)
 # **Reading the numbers honestly** (the recorded H200 run; re-measure with `measure="always"`).
 #
 # **The collapse is gone.** At 185k context, H=8 and a 9-node tree, 61 layers of verify
-# attention take about 8.4 ms with the kernel `auto` picks there (the transposed one) instead
-# of 1.98 s for the page_size=1 baseline: 233x. Pages of one token cost at most 1.02x of pages
-# of 64 (each row's page index is read one tile load ahead).
+# attention take about 8.3 ms with the kernel `auto` picks there (the 64-key warp-specialised
+# one) instead of 1.97 s for the page_size=1 baseline: 237x. Pages of one token cost at most
+# 1.04x of pages of 64 (each row's page index is read one tile load ahead).
 #
-# **It is not at the hardware's limit.** `auto` is 1.7x to 5.1x above the roofline floor at
-# >= 32k, peaking near 460-470 TFLOP/s against a bf16 GEMM measured at 780-800.
-# - Every shape of >= 520 query rows is within 1.7-2.6x of the floor (the warp-specialised
-#   kernel).
-# - 72 rows: 5.1x at 32k (wgmma), 3.8x at 64k and 2.8x at 185k (transposed; the
-#   warp-specialised kernel was 4.0x and 3.0x). Even a pure stream of the KV by one CTA per
-#   SM reached 3.6 TB/s, not the 4.25 of the copy the floor uses, and two 40-row CTAs read
-#   every key tile.
+# **It is not at the hardware's limit.** `auto` is 1.6x to 4.9x above the roofline floor at
+# >= 32k, peaking near 500 TFLOP/s against a bf16 GEMM measured at 780-800.
+# - Every shape of >= 520 query rows is within 1.6-2.5x of the floor.
+# - 72 rows: 4.9x at 32k, 3.7x at 64k and 2.7x at 185k. Even a pure stream of the KV by one
+#   CTA per SM reached 3.6 TB/s, not the 4.25 of the copy the floor uses, and both 64-row
+#   CTAs of a split read every key tile.
 # - About 7 us of a 72-row call are the split merge (65 splits). It took 19 us until it
 #   was spread over 4 CTAs per row with its loads overlapped (`docs/kernel_notes.md`).
 #

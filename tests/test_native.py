@@ -123,11 +123,11 @@ def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     assert "all checks passed" in run.stdout
 
 
-@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws"), ("tree_verify_mla_t", "wgmma_t")])
+@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws"), ("tree_verify_mla_ws64", "wgmma_ws64"), ("tree_verify_mla_t", "wgmma_t")])
 def test_wgmma_smem_matches_the_source(name, impl):
     import re
 
-    from specdiag.attention.native import T_BN, T_ROWS, T_STAGES, WS_STAGES
+    from specdiag.attention.native import T_BN, T_ROWS, T_STAGES, WS64_BN, WS_STAGES
 
     src = kernels.kernel_source(name)
     assert f"// {smem_bytes(4, impl)} = specdiag.attention.native.smem_bytes(4, \"{impl}\")" in src
@@ -138,6 +138,10 @@ def test_wgmma_smem_matches_the_source(name, impl):
         assert re.search(r"constexpr int NQ = (\d+);", src).group(1) == str(T_ROWS)
         assert f"tree_verify_partial_t{T_ROWS}(" in src
         assert stages.group(1) == str(T_STAGES)
+        return
+    if impl == "wgmma_ws64":
+        assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(WS64_BN)
+        assert stages.group(1) == "2" and "tree_verify_partial_ws64(" in src
         return
     assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(BN)
     if impl == "wgmma_ws":
@@ -283,16 +287,18 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma", lookahead=2)
 
 
-def test_auto_picks_wgmma_ws_on_sm90_only(monkeypatch):
-    for cap, rg, want in [((9, 0), None, "wgmma_ws"), ((9, 0), 4, "wgmma_ws"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
+def test_auto_picks_wgmma_ws64_on_sm90_only(monkeypatch):
+    for cap, rg, want in [((9, 0), None, "wgmma_ws64"), ((9, 0), 4, "wgmma_ws64"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
         assert resolve_impl("auto", None, rg) == want, (cap, rg)
-        if want == "wgmma_ws":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
-            assert resolve_impl("auto", None, rg, max_prefix=16383) == "wgmma"
-            assert resolve_impl("auto", None, rg, max_prefix=16384) == "wgmma_ws"
+        if want == "wgmma_ws64":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
+            assert resolve_impl("auto", None, rg, max_prefix=4095) == "wgmma"
+            assert resolve_impl("auto", None, rg, max_prefix=4096) == "wgmma_ws64"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    # few query rows per request: wgmma_t on long prefixes, wgmma below, never wgmma_ws
-    for rows, prefix, want in [(72, 65535, "wgmma"), (72, 65536, "wgmma_t"), (80, 185000, "wgmma_t"), (40, 65536, "wgmma"), (40, 131072, "wgmma_t"), (64, 131071, "wgmma"), (1, 185000, "wgmma_t"), (81, 185000, "wgmma_ws"), (520, 16384, "wgmma_ws"), (520, 16383, "wgmma")]:
+    # by query rows: wgmma_t for up to 64 on long prefixes, wgmma_ws64 for 65-80 from 32k and for
+    # more rows from 4k (from 2048 rows at any prefix), wgmma below; never wgmma_ws
+    for rows, prefix, want in [(72, 32767, "wgmma"), (72, 32768, "wgmma_ws64"), (80, 185000, "wgmma_ws64"), (40, 65536, "wgmma"), (40, 131072, "wgmma_t"), (64, 131071, "wgmma"), (64, 131072, "wgmma_t"), (1, 185000, "wgmma_t"),
+                               (81, 185000, "wgmma_ws64"), (520, 4096, "wgmma_ws64"), (520, 4095, "wgmma"), (2047, 1024, "wgmma"), (2048, 1024, "wgmma_ws64"), (16448, 0, "wgmma_ws64")]:
         assert resolve_impl("auto", None, None, max_prefix=prefix, rows=rows) == want, (rows, prefix)
     assert resolve_impl("auto", None, None, rows=72) == "wgmma"  # prefix unknown: the short-prefix choice
     assert resolve_impl("auto", None, 2, max_prefix=185000, rows=72) == "mma"
@@ -371,7 +377,7 @@ def _needs_sm90(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2), ("wgmma_t", False, None)])
+@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2), ("wgmma_ws64", False, None), ("wgmma_t", False, None)])
 def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
     from specdiag.bench import check_native
 
@@ -390,7 +396,7 @@ def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, lookahead", [("wgmma_ws", 1), ("wgmma_ws", 2), ("wgmma_t", None)])
+@pytest.mark.parametrize("impl, lookahead", [("wgmma_ws", 1), ("wgmma_ws", 2), ("wgmma_ws64", None), ("wgmma_t", None)])
 def test_lazy_rescale_follows_a_rising_max(impl, lookahead):
     """The ws and transposed kernels move each row's reference max only when it rises by more than 2^8
     (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
@@ -439,7 +445,7 @@ def test_merge_past_its_shared_weight_buffer(splits, groups):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_t", "auto"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")
@@ -454,7 +460,7 @@ def test_native_runs_on_a_side_stream(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_t"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t"])
 def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     from specdiag.probes.workloads import make_workload
 
@@ -463,7 +469,7 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     run()
     torch.cuda.synchronize()
     op = run.__self__
-    tiles = dict(cta_rows=40, bn=64) if impl == "wgmma_t" else {}
+    tiles = dict(cta_rows=40, bn=64) if impl == "wgmma_t" else dict(bn=64) if impl == "wgmma_ws64" else {}
     p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl != "mma" else None, **tiles)
     assert op.impl == impl and op.plan == p
 

@@ -14,6 +14,8 @@ _STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "nativ
           "native_ws_ps1": ("gold", "native CUDA wgmma, warp-specialised, page_size=1"),
           "native_ws_la1": ("tab:brown", "warp-specialised, Q K^T 1 tile ahead"),
           "native_ws_la2": ("tab:pink", "warp-specialised, Q K^T 2 tiles ahead"),
+          "native_ws64": ("darkred", "native CUDA wgmma, warp-specialised, 64-key tiles, page_size=64"),
+          "native_ws64_ps1": ("salmon", "native CUDA wgmma, warp-specialised, 64-key tiles, page_size=1"),
           "native_t": ("tab:olive", "native CUDA wgmma, transposed (query rows in N), page_size=64"),
           "native_t_ps1": ("yellowgreen", "native CUDA wgmma, transposed, page_size=1"),
           "native_auto": ("black", "native CUDA, the kernel impl='auto' picks, page_size=64")}

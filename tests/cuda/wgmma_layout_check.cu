@@ -20,6 +20,7 @@
 //      warpgroup 0 stores each P value from its accumulator layout is where the K-major
 //      descriptor of both warpgroups' P V reads P[row][key], and those stores are free of bank
 //      conflicts;
+//      The same for the 64-key warp-specialised kernel (tree_verify_mla_ws64.cu, one P buffer);
 //   5. for the transposed kernel (tree_verify_mla_t.cu): its 64-key tiles loaded by one
 //      warpgroup and its 40-row Q by both, S^T = K Q^T (A = the key tile, B = Q) over all 576
 //      dims, V^T P^T with A = the tile read MN-major (each warpgroup's four 64-dim blocks) and
@@ -29,6 +30,7 @@
 #define TVW_LAYOUT_ONLY
 #include "../../kernels/tree_verify_mla_wgmma.cu"
 #include "../../kernels/tree_verify_mla_ws.cu"
+#include "../../kernels/tree_verify_mla_ws64.cu"
 #include "../../kernels/tree_verify_mla_t.cu"
 
 #include <cstdio>
@@ -121,10 +123,12 @@ static void check_exchange_banks() {
 }
 
 
-// tree_verify_mla_ws.cu: Q K^T over all 36 k-steps by warpgroup 0, P V halves 0 and 1, and P.
-static void check_ws() {
-  namespace W = tvws;
-  const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + 3 * W::TILE_B, p_base = 1024 + W::Q_B + W::STAGES * W::TILE_B;
+// The warp-specialised kernels (tree_verify_mla_ws.cu, 32-key tiles and two P buffers;
+// tree_verify_mla_ws64.cu, 64-key tiles and one): Q K^T over all 36 k-steps by warpgroup 0, P V
+// halves 0 and 1, and P. W: the kernel's namespace constants and layout helpers.
+template <class W>
+static void check_ws(int p_buffers, uint32_t p_buf_bytes) {
+  const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + (W::STAGES - 1) * W::TILE_B, p_base = 1024 + W::Q_B + W::STAGES * W::TILE_B;
   expect(p_base % 1024 == 0, "P starts on a swizzle atom", p_base, 0, 0, 0);
   check_loads<W::BN, W::WG>(k_base);  // a key tile, by warpgroup 1 alone
   check_loads<W::BM, W::NT>(q_base);  // Q, by both warpgroups
@@ -143,11 +147,11 @@ static void check_ws() {
         for (int n = 0; n < W::VH; ++n)
           expect(mn_major(db, n, k) == element(k_base, W::BN, 16 * kk + k, wg * W::VH + n), "ws PV B = V[key][col]", wg, kk, n, k);
     }
-  // P (two buffers, no swizzle): warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1
+  // P (p_buffers buffers, no swizzle): warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1
   // of rows 16 warp + g and + 8; both warpgroups' P V read it through p_desc
   std::vector<int> stored(W::BM * W::BN, 0);  // P[r][key] stores
-  for (int x = 0; x < 2; ++x) {
-    const uint32_t buf = p_base + x * W::P_BUF;
+  for (int x = 0; x < p_buffers; ++x) {
+    const uint32_t buf = p_base + x * p_buf_bytes;
     for (int kk = 0; kk < W::BN / 16; ++kk) expect((W::p_desc(buf, kk) >> 62) == 0, "P descriptor: no swizzle", x, kk, 0, 0);
     for (int warp = 0; warp < 4; ++warp)
       for (int nt = 0; nt < W::BN / 8; ++nt)
@@ -156,7 +160,7 @@ static void check_ws() {
           for (int lane = 0; lane < 32; ++lane) {
             const int g = lane >> 2, t4 = lane & 3, r = 16 * warp + g + 8 * h;
             const uint32_t off = W::p_offset(r, nt, t4);
-            expect(off % 4 == 0 && off + 4 <= (uint32_t)W::P_BUF, "P store inside its buffer", r, nt, t4, 0);
+            expect(off % 4 == 0 && off + 4 <= p_buf_bytes, "P store inside its buffer", r, nt, t4, 0);
             expect(!bank[(off / 4) % 32], "P store bank-conflict free", warp, nt, h, lane);
             bank[(off / 4) % 32] = true;
             for (int e = 0; e < 2; ++e) {
@@ -170,6 +174,18 @@ static void check_ws() {
   }
   for (int i = 0; i < W::BM * W::BN; ++i) expect(stored[i] == 1, "every P element stored once", i / W::BN, i % W::BN, stored[i], 0);
 }
+
+// the constants and helpers check_ws reads, per kernel
+#define TVW_WS_TRAITS(NAME, NS)                                                                          \
+  struct NAME {                                                                                          \
+    static constexpr int BM = NS::BM, BN = NS::BN, WG = NS::WG, NT = NS::NT, KSTEPS = NS::KSTEPS, VH = NS::VH; \
+    static constexpr int Q_B = NS::Q_B, TILE_B = NS::TILE_B, STAGES = NS::STAGES;                        \
+    static uint64_t p_desc(uint32_t buf, int kk) { return NS::p_desc(buf, kk); }                         \
+    static uint32_t p_offset(int r, int nt, int t4) { return NS::p_offset(r, nt, t4); }                  \
+    static uint64_t v_desc(uint32_t base, int wg, int kk) { return NS::v_desc(base, wg, kk); }           \
+  };
+TVW_WS_TRAITS(Ws, tvws)
+TVW_WS_TRAITS(Ws64, tvws64)
 
 // tree_verify_mla_t.cu: keys in M, query rows in N.
 static void check_t() {
@@ -239,7 +255,8 @@ int main() {
   check_exchange_banks();
   check_loads<BN>(k_base);
   check_loads<BM>(q_base);
-  check_ws();
+  check_ws<Ws>(2, tvws::P_BUF);
+  check_ws<Ws64>(1, tvws64::P_B);
   check_t();
   for (int half = 0; half < 2; ++half)
     for (int ks = 0; ks < KSTEPS / 2; ++ks) {
