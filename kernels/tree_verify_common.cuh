@@ -228,6 +228,21 @@ __device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
   }
 }
 
+// The warp-specialised kernels' hand-over of rows r and r + 8's final max and whole sum from
+// the warpgroup that ran the softmax (put, one thread of the quad) to the other one (get).
+__device__ __forceinline__ void put_row_stats(float* s_m, float* s_l, const float (&m_r)[2], const float (&l_r)[2], int r) {
+  s_m[r] = m_r[0];
+  s_m[r + 8] = m_r[1];
+  s_l[r] = l_r[0];
+  s_l[r + 8] = l_r[1];
+}
+__device__ __forceinline__ void get_row_stats(const float* s_m, const float* s_l, float (&m_r)[2], float (&l_r)[2], int r) {
+  m_r[0] = s_m[r];
+  m_r[1] = s_m[r + 8];
+  l_r[0] = s_l[r];
+  l_r[1] = s_l[r + 8];
+}
+
 // Epilogue with whole row sums l_r (quad_sum_rows): O / l for rows grow0 + g and grow0 + g + 8
 // (columns col0 + 8 i + 2 t4, +1) into o_part[b][split][row], and lse = (m + log2 l) ln 2 from
 // the thread with write_lse.

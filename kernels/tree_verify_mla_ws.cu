@@ -171,10 +171,7 @@ __device__ __forceinline__ void verify_partial_ws(
         if (j + 2 < n) bar_arrive(BAR_P_FREE + (j & 1), NT);  // wg0 may write P (j + 2) and its factors there
       }
       __syncthreads();  // (2) wg0 has left the final max and row sums in s_m / s_l
-      m_r[0] = s_m[wr + g];
-      m_r[1] = s_m[wr + g + 8];
-      l_r[0] = s_l[wr + g];
-      l_r[1] = s_l[wr + g + 8];
+      tvc::get_row_stats(s_m, s_l, m_r, l_r, wr + g);
     } else {
       // ------------------------------------------------ warpgroup 0: scores, softmax, O[:, 0:256]
       cp_async_wait<0>();  // our share of Q
@@ -285,12 +282,7 @@ __device__ __forceinline__ void verify_partial_ws(
       }
       last();
       tvc::quad_sum_rows(l_r);
-      if (t4 == 0) {
-        s_m[wr + g] = m_r[0];
-        s_m[wr + g + 8] = m_r[1];
-        s_l[wr + g] = l_r[0];
-        s_l[wr + g + 8] = l_r[1];
-      }
+      if (t4 == 0) tvc::put_row_stats(s_m, s_l, m_r, l_r, wr + g);
       __syncthreads();  // (2)
     }
   }

@@ -183,10 +183,7 @@ __device__ __forceinline__ void verify_partial_ws64(
         }
       }
       __syncthreads();  // (2) wg0 has left the final max and row sums in s_m / s_l
-      m_r[0] = s_m[wr + g];
-      m_r[1] = s_m[wr + g + 8];
-      l_r[0] = s_l[wr + g];
-      l_r[1] = s_l[wr + g + 8];
+      tvc::get_row_stats(s_m, s_l, m_r, l_r, wr + g);
     } else {
       // ------------------------------------------------ warpgroup 0: scores, softmax, O[:, 0:256]
       cp_async_wait<0>();  // our share of Q
@@ -258,12 +255,7 @@ __device__ __forceinline__ void verify_partial_ws64(
       wgmma_wait<0>();
       fence_o();
       tvc::quad_sum_rows(l_r);
-      if (t4 == 0) {
-        s_m[wr + g] = m_r[0];
-        s_m[wr + g + 8] = m_r[1];
-        s_l[wr + g] = l_r[0];
-        s_l[wr + g + 8] = l_r[1];
-      }
+      if (t4 == 0) tvc::put_row_stats(s_m, s_l, m_r, l_r, wr + g);
       __syncthreads();  // (2)
     }
   }
