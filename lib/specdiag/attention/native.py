@@ -83,8 +83,8 @@ def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | Non
 
     * more than 80 rows (or ``rows`` unknown): wgmma_ws64 from a 4k prefix on (or unknown), and
       at any prefix from ``AUTO_WS64_MIN_ROWS`` rows; wgmma below. In the sweep wgmma_ws64 was
-      the fastest kernel at every such shape from 4k on (1.05-1.16x over wgmma_ws, which it
-      replaces; 35.7 vs 35.9 us over wgmma at 4k, H=8 T=65, the closest) and at 1k for 2056 rows
+      the fastest kernel at every such shape from 4k on (1.03-1.18x over wgmma_ws at >= 32k,
+      up to 1.82x at 4k; 35.7 vs 35.9 us over wgmma at 4k, H=8 T=65, the closest) and at 1k for 2056 rows
       and more; at 1k wgmma led for 520 and 576 rows (26.7 vs 32.5, 22.7 vs 24.8 us);
     * 65-80 rows: wgmma_ws64 from a 32k prefix on, wgmma below. At 72 rows (the sweep)
       wgmma_ws64 took 43.8 / 66.4 / 136.3 us at 32k / 64k / 185k against 45.8 / 74.3 / 173.4
