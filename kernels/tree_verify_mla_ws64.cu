@@ -140,18 +140,7 @@ __device__ __forceinline__ void verify_partial_ws64(
         load_paged_tile<BN, WG, D>(stage(tile), pg, w, (w.tile_begin + tile) * BN, t, b, T, page_size, kv_pool, tree_kv);
       };
       int pg[ROWS_T];
-      // cp.async groups: Q, tile 0, tile 1 (or empty), then one per iteration (tile j + 2)
-      pages_of(0, pg);
-      load_tile(0, pg);
-      cp_async_commit();
-      if (n > 1) {
-        pages_of(1, pg);
-        load_tile(1, pg);
-      }
-      cp_async_commit();
-      if (n > 2) pages_of(2, pg);
-      cp_async_wait<1>();  // Q and tile 0
-      fence_proxy_async();
+      start_two_stages(n, pg, pages_of, load_tile);  // cp.async groups: Q, tiles 0, 1, then one per iteration (tile j + 2)
       __syncthreads();  // (1) Q and tile 0 visible to both warpgroups
 
       for (int j = 0; j < n; ++j) {

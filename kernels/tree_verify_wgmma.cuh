@@ -119,6 +119,25 @@ __device__ __forceinline__ void load_paged_tile(uint32_t dst, const int (&pg)[RO
   });
 }
 
+// The start of a two-stage key-tile ring (the wgmma_t and wgmma_ws64 loaders), after Q's
+// cp.async group: tile 0 and tile 1 (or an empty group) in a group each, and tile 2's pages read
+// into pg for the loop; returns once Q and tile 0 have landed (proxy-fenced for wgmma).
+// pages_of(tile, pg) and load_tile(tile, pg) are the kernel's tile_pages / load_paged_tile calls.
+template <int NP, class Pages, class Load>
+__device__ __forceinline__ void start_two_stages(int n, int (&pg)[NP], Pages pages_of, Load load_tile) {
+  pages_of(0, pg);
+  load_tile(0, pg);
+  cp_async_commit();
+  if (n > 1) {
+    pages_of(1, pg);
+    load_tile(1, pg);
+  }
+  cp_async_commit();
+  if (n > 2) pages_of(2, pg);
+  cp_async_wait<1>();  // Q and tile 0
+  fence_proxy_async();
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
