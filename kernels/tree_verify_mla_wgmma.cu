@@ -79,19 +79,12 @@ using tvg::wgmma_qk;
 using tvg::wgmma_pv;
 
 // ---- mbarrier + TMA (cp.async.bulk.tensor), plain sm_90 ----
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+using tvg::mbar_init;
+using tvg::mbar_fence_init;
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
+using tvg::mbar_wait;
 // box (64 dims, 1 column block, 32 tokens) at coordinates (0, block, token) of a 3-D map
 // {64, 9, tokens} over 1152-byte token rows; completes `bar`'s transaction count
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int block, int token, uint32_t bar) {

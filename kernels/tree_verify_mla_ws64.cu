@@ -57,29 +57,13 @@ static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0, "swizzle atoms must stay 10
 
 enum : int { BAR_K_READY = 1, BAR_K_FREE = 2, BAR_P_READY = 3, BAR_P_FREE = 4, BAR_WG0 = 5 };
 
-// ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----
-// P buffer: 8-row x 16-byte core matrices, chunk c (keys 8 c ..) of row r at (r / 8) * (BN * 16)
-// + c * 128 + (r % 8) * 16. Where this thread's P values of 8-key group nt go: row r, keys
-// 8 nt + 2 t4 and + 1 (4 bytes)
-TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return (uint32_t)((r >> 3) * (BN * 16) + nt * 128 + (r & 7) * 16 + 4 * t4); }
-// A operand of P V: keys 16 kk .. 16 kk + 15 of the P buffer, K-major, no swizzle
-TVG_HD constexpr uint64_t p_desc(uint32_t p_buf, int kk) { return make_desc_interleave(p_buf + kk * 256, 128, BN * 16); }
-// B operand of warpgroup `wg`'s P V: keys 16 kk .., columns 256 wg ..
-TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return mn_desc(tile_base, BN, wg * (VH / 64), kk); }
-
-// S[64 x 64] (+)= A[64 x 16] * B[64 x 16]^T, both K-major in shared memory.
-__device__ __forceinline__ void wgmma_qk64(float (&d)[SN], uint64_t da, uint64_t db, int accumulate) {
-  static_assert(SN == 32, "the asm below is m64n64k16");
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
-        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
+// ---- layout arithmetic (tree_verify_wgmma.cuh, shared with tree_verify_mla_seesaw.cu), host-callable
+// (tests/cuda/wgmma_layout_check.cu): P [64 rows][64 keys] in its buffer, the A operand of P V
+// from it, the B operand (V) of warpgroup wg's P V ----
+static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_wgmma.cuh");
+TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
+TVG_HD constexpr uint64_t p_desc(uint32_t p_buf, int kk) { return p64_desc(p_buf, kk); }
+TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
 __device__ __forceinline__ void verify_partial_ws64(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv_pool,

@@ -1,4 +1,4 @@
-// Shared by the Hopper kernels (tree_verify_mla_wgmma.cu, tree_verify_mla_ws.cu): the
+// Shared by the Hopper kernels (tree_verify_mla_wgmma.cu, _ws, _ws64, _t, _seesaw): the
 // 128-byte-swizzled tile layout both TMA and wgmma use, wgmma shared-memory descriptors, 16-byte
 // cp.async tile loads, proxy fences, named barriers and the wgmma instructions themselves.
 // Host-callable layout helpers (TVG_HD) so tests/cuda/wgmma_layout_check.cu checks them on a CPU.
@@ -47,6 +47,16 @@ TVG_HD constexpr uint64_t kstep_desc(uint32_t tile_base, int rows, int k16) {
 TVG_HD constexpr uint64_t mn_desc(uint32_t tile_base, int rows, int block, int kk) {
   return make_desc(tile_base + block * rows * 128 + 16 * kk * 128, rows * 128, 1024);
 }
+
+// The 64-key tiles' P (tree_verify_mla_ws64.cu, tree_verify_mla_seesaw.cu): P [64 rows][64 keys]
+// bf16 in 8-row x 16-byte core matrices (no swizzle, 8192 bytes): chunk c (keys 8 c ..) of row r
+// at (r / 8) * 1024 + c * 128 + (r % 8) * 16. Where a thread's P values of 8-key group nt go:
+// row r, keys 8 nt + 2 t4 and + 1 (4 bytes)
+TVG_HD constexpr uint32_t p64_offset(int r, int nt, int t4) { return (uint32_t)((r >> 3) * (64 * 16) + nt * 128 + (r & 7) * 16 + 4 * t4); }
+// A operand of P V: keys 16 kk .. 16 kk + 15 of the P buffer, K-major, no swizzle
+TVG_HD constexpr uint64_t p64_desc(uint32_t p_buf, int kk) { return make_desc_interleave(p_buf + kk * 256, 128, 64 * 16); }
+// B operand of warpgroup `wg`'s P V on a 64-key tile: keys 16 kk .., output columns 256 wg ..
+TVG_HD constexpr uint64_t v64_desc(uint32_t tile_base, int wg, int kk) { return mn_desc(tile_base, 64, wg * 4, kk); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -138,6 +148,30 @@ __device__ __forceinline__ void start_two_stages(int n, int (&pg)[NP], Pages pag
   fence_proxy_async();
 }
 
+// mbarriers (plain sm_90): init (one thread, then mbar_fence_init and a CTA barrier) and the
+// wait for phase `parity` to complete
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// arrive on `bar` once every cp.async this thread issued so far has landed (counts as one of
+// the arrivals the barrier was initialised with)
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// a warpgroup's register budget per thread (sm_90a; all 128 threads, warp-aligned): the
+// warp-specialised kernels give the loads' warpgroup few and the math's many
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -152,6 +186,19 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t d
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// S[64 x 64] (+)= A[64 x 16] * B[64 x 16]^T, both K-major in shared memory.
+__device__ __forceinline__ void wgmma_qk64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+        "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
