@@ -81,7 +81,7 @@ def test_lookahead_labels_name_each_ws_entry_point():
 def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     with pytest.raises(ValueError, match="native_foo"):
         bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))
-    assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_t", "native_t_ps1"}
+    assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_seesaw", "native_seesaw_ps1", "native_t", "native_t_ps1"}
     assert all(ps == 1 for k, (_, ps) in bench.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
 
 
@@ -100,30 +100,30 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
     import pandas as pd
 
     rows = []
-    for ctx, h, t in [(16384, 8, 9), (32768, 8, 9), (185000, 8, 5), (65536, 8, 5), (185000, 8, 65), (2048, 64, 9), (1024, 8, 257)]:
-        for impl, ms in (("native_wgmma", 3.0), ("native_ws", 2.5), ("native_ws64", 2.0), ("native_t", 1.0), ("triton", 9.0)):
+    for ctx, h, t in [(16384, 8, 9), (32768, 8, 9), (32768, 8, 5), (65536, 8, 5), (185000, 8, 65), (2048, 64, 9), (1024, 8, 257)]:
+        for impl, ms in (("native_wgmma", 3.0), ("native_ws", 2.5), ("native_ws64", 2.2), ("native_seesaw", 2.0), ("native_t", 1.0), ("triton", 9.0)):
             rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=ms * ctx))
     df = pd.DataFrame(rows)
     out = analysis.with_auto(df)
     auto = out[out.impl == "native_auto"].set_index(["context", "heads", "nodes"])
     assert len(auto) == 7 and len(out) == len(df) + 7
     assert auto.loc[(16384, 8, 9), "auto_kernel"] == "native_wgmma"  # 72 rows below a 32k prefix
-    assert auto.loc[(32768, 8, 9), "auto_kernel"] == "native_ws64"
-    assert auto.loc[(65536, 8, 5), "auto_kernel"] == "native_wgmma"  # 40 rows: wgmma_t from 128k only
-    assert auto.loc[(185000, 8, 5), "auto_kernel"] == "native_t"
-    assert auto.loc[(185000, 8, 65), "auto_kernel"] == "native_ws64"
+    assert auto.loc[(32768, 8, 9), "auto_kernel"] == "native_seesaw"
+    assert auto.loc[(32768, 8, 5), "auto_kernel"] == "native_wgmma"  # 40 rows: wgmma_seesaw from 64k only
+    assert auto.loc[(65536, 8, 5), "auto_kernel"] == "native_seesaw"
+    assert auto.loc[(185000, 8, 65), "auto_kernel"] == "native_seesaw"
     assert auto.loc[(2048, 64, 9), "auto_kernel"] == "native_wgmma"  # 576 rows below 4k
-    assert auto.loc[(1024, 8, 257), "auto_kernel"] == "native_ws64"  # 2056 rows: at any prefix
+    assert auto.loc[(1024, 8, 257), "auto_kernel"] == "native_seesaw"  # 2056 rows: at any prefix
     assert auto.loc[(185000, 8, 65), "ms"] == 2.0 * 185000  # the picked kernel's own measurement
     assert analysis.with_auto(df[df.impl == "triton"]).equals(df[df.impl == "triton"])  # nothing to pick from
 
 
-def test_recorded_sweep_auto_uses_the_64_key_ws_kernel_for_the_incident_shape():
+def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
     from specdiag import data
 
     doc = data.load_json("context_sweep_h200.json")
     df = analysis.with_auto(analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"]))
     row = df[(df.impl == "native_auto") & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0]
-    assert row.auto_kernel == "native_ws64"
-    for other in ("native_ws", "native_t", "native_wgmma"):  # the sweep's other Hopper kernels at that shape
+    assert row.auto_kernel == "native_seesaw"
+    for other in ("native_ws", "native_ws64", "native_t", "native_wgmma"):  # the sweep's other Hopper kernels at that shape
         assert row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms, other

@@ -98,6 +98,7 @@ def test_kernel_targets():
     assert kernels.kernel_arch("tree_verify_mla_wgmma") == "sm_90a"
     assert kernels.kernel_arch("tree_verify_mla_ws") == "sm_90a"
     assert kernels.kernel_arch("tree_verify_mla_t") == "sm_90a"
+    assert kernels.kernel_arch("tree_verify_mla_seesaw") == "sm_90a"
     assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]
     assert kernels.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
     with pytest.raises(ValueError, match="unknown target"):
@@ -123,7 +124,7 @@ def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     assert "all checks passed" in run.stdout
 
 
-@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws"), ("tree_verify_mla_ws64", "wgmma_ws64"), ("tree_verify_mla_t", "wgmma_t")])
+@pytest.mark.parametrize("name, impl", [("tree_verify_mla_wgmma", "wgmma"), ("tree_verify_mla_ws", "wgmma_ws"), ("tree_verify_mla_ws64", "wgmma_ws64"), ("tree_verify_mla_seesaw", "wgmma_seesaw"), ("tree_verify_mla_t", "wgmma_t")])
 def test_wgmma_smem_matches_the_source(name, impl):
     import re
 
@@ -142,6 +143,13 @@ def test_wgmma_smem_matches_the_source(name, impl):
     if impl == "wgmma_ws64":
         assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(WS64_BN)
         assert stages.group(1) == "2" and "tree_verify_partial_ws64(" in src
+        return
+    if impl == "wgmma_seesaw":  # two math warpgroups and a loader: the launch's block size
+        from specdiag.attention.native import SEESAW_THREADS
+
+        assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(WS64_BN)
+        assert re.search(r"constexpr int NT = 3 \* WG;", src) and re.search(r"constexpr int WG = (\d+);", src).group(1) == str(SEESAW_THREADS // 3)
+        assert stages.group(1) == "2" and "tree_verify_partial_seesaw(" in src
         return
     assert re.search(r"constexpr int BN = (\d+);", src).group(1) == str(BN)
     if impl == "wgmma_ws":
@@ -287,18 +295,18 @@ def test_native_rejects_bad_impl_choices():
         NativeTreeVerify(**x, scale=SCALE, impl="wgmma", lookahead=2)
 
 
-def test_auto_picks_wgmma_ws64_on_sm90_only(monkeypatch):
-    for cap, rg, want in [((9, 0), None, "wgmma_ws64"), ((9, 0), 4, "wgmma_ws64"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
+def test_auto_picks_wgmma_seesaw_on_sm90_only(monkeypatch):
+    for cap, rg, want in [((9, 0), None, "wgmma_seesaw"), ((9, 0), 4, "wgmma_seesaw"), ((9, 0), 2, "mma"), ((8, 0), None, "mma"), ((10, 0), None, "mma"), ((12, 0), None, "mma")]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cap=cap: cap)
         assert resolve_impl("auto", None, rg) == want, (cap, rg)
-        if want == "wgmma_ws64":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
+        if want == "wgmma_seesaw":  # short prefixes keep the wgmma kernel (its fixed cost is lower)
             assert resolve_impl("auto", None, rg, max_prefix=4095) == "wgmma"
-            assert resolve_impl("auto", None, rg, max_prefix=4096) == "wgmma_ws64"
+            assert resolve_impl("auto", None, rg, max_prefix=4096) == "wgmma_seesaw"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    # by query rows: wgmma_t for up to 64 on long prefixes, wgmma_ws64 for 65-80 from 32k and for
-    # more rows from 4k (from 2048 rows at any prefix), wgmma below; never wgmma_ws
-    for rows, prefix, want in [(72, 32767, "wgmma"), (72, 32768, "wgmma_ws64"), (80, 185000, "wgmma_ws64"), (40, 65536, "wgmma"), (40, 131072, "wgmma_t"), (64, 131071, "wgmma"), (64, 131072, "wgmma_t"), (1, 185000, "wgmma_t"),
-                               (81, 185000, "wgmma_ws64"), (520, 4096, "wgmma_ws64"), (520, 4095, "wgmma"), (2047, 1024, "wgmma"), (2048, 1024, "wgmma_ws64"), (16448, 0, "wgmma_ws64")]:
+    # by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k and for more
+    # rows from 4k (from 2048 rows at any prefix), wgmma below; never wgmma_ws, _ws64 or _t
+    for rows, prefix, want in [(72, 32767, "wgmma"), (72, 32768, "wgmma_seesaw"), (80, 185000, "wgmma_seesaw"), (40, 65535, "wgmma"), (40, 65536, "wgmma_seesaw"), (64, 65535, "wgmma"), (64, 65536, "wgmma_seesaw"), (1, 185000, "wgmma_seesaw"), (1, 32768, "wgmma"),
+                               (81, 185000, "wgmma_seesaw"), (520, 4096, "wgmma_seesaw"), (520, 4095, "wgmma"), (2047, 1024, "wgmma"), (2048, 1024, "wgmma_seesaw"), (16448, 0, "wgmma_seesaw")]:
         assert resolve_impl("auto", None, None, max_prefix=prefix, rows=rows) == want, (rows, prefix)
     assert resolve_impl("auto", None, None, rows=72) == "wgmma"  # prefix unknown: the short-prefix choice
     assert resolve_impl("auto", None, 2, max_prefix=185000, rows=72) == "mma"
@@ -377,7 +385,7 @@ def _needs_sm90(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2), ("wgmma_ws64", False, None), ("wgmma_t", False, None)])
+@pytest.mark.parametrize("impl, tma, lookahead", [("mma", False, None), ("wgmma", False, None), ("wgmma", True, None), ("wgmma_ws", False, 1), ("wgmma_ws", False, 2), ("wgmma_ws64", False, None), ("wgmma_seesaw", False, None), ("wgmma_t", False, None)])
 def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
     from specdiag.bench import check_native
 
@@ -396,7 +404,7 @@ def test_native_matches_float64_reference_on_gpu(impl, tma, lookahead):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl, lookahead", [("wgmma_ws", 1), ("wgmma_ws", 2), ("wgmma_ws64", None), ("wgmma_t", None)])
+@pytest.mark.parametrize("impl, lookahead", [("wgmma_ws", 1), ("wgmma_ws", 2), ("wgmma_ws64", None), ("wgmma_seesaw", None), ("wgmma_t", None)])
 def test_lazy_rescale_follows_a_rising_max(impl, lookahead):
     """The ws and transposed kernels move each row's reference max only when it rises by more than 2^8
     (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
@@ -445,7 +453,7 @@ def test_merge_past_its_shared_weight_buffer(splits, groups):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t", "auto"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_seesaw", "wgmma_t", "auto"])
 def test_native_runs_on_a_side_stream(impl):
     _needs_sm90(impl)
     x, _ = make_verify_inputs([3000, 17], nodes=9, heads=8, page_size=16, seed=5, device="cuda")
@@ -460,7 +468,7 @@ def test_native_runs_on_a_side_stream(impl):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t"])
+@pytest.mark.parametrize("impl", ["mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_seesaw", "wgmma_t"])
 def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     from specdiag.probes.workloads import make_workload
 
@@ -469,7 +477,7 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
     run()
     torch.cuda.synchronize()
     op = run.__self__
-    tiles = dict(cta_rows=40, bn=64) if impl == "wgmma_t" else dict(bn=64) if impl == "wgmma_ws64" else {}
+    tiles = dict(cta_rows=40, bn=64) if impl == "wgmma_t" else dict(bn=64) if impl in ("wgmma_ws64", "wgmma_seesaw") else {}
     p = plan_launch(72, 9, 5000, 1, torch.cuda.get_device_properties(0).multi_processor_count, rg=4 if impl != "mma" else None, **tiles)
     assert op.impl == impl and op.plan == p
 

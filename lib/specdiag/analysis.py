@@ -88,7 +88,7 @@ def lookahead_labels(frame, column: str = "impl"):
 
 
 # sweep implementation of each Hopper kernel "auto" may pick (page size 64)
-AUTO_SWEEP_IMPLS = {"wgmma": "native_wgmma", "wgmma_ws": "native_ws", "wgmma_ws64": "native_ws64", "wgmma_t": "native_t"}
+AUTO_SWEEP_IMPLS = {"wgmma": "native_wgmma", "wgmma_ws": "native_ws", "wgmma_ws64": "native_ws64", "wgmma_seesaw": "native_seesaw", "wgmma_t": "native_t"}
 
 
 def with_auto(df, name: str = "native_auto"):

@@ -49,12 +49,14 @@ LAYERS = 61  # Kimi-K2
 # kernel with its contiguous tiles loaded by TMA instead of cp.async, to measure what TMA buys;
 # "native_ws" the warp-specialised wgmma kernel with its default lookahead, "native_ws_la1" /
 # "native_ws_la2" with Q K^T one / two tiles ahead of P V, "native_ws64" the warp-specialised
-# kernel on 64-key tiles, "native_t" the transposed kernel (query rows in the wgmma's N)
+# kernel on 64-key tiles, "native_seesaw" two math warpgroups taking turns on 64-key tiles,
+# "native_t" the transposed kernel (query rows in the wgmma's N)
 SWEEP_IMPLS = {
     "native": ("mma", 64), "native_ps1": ("mma", 1), "native_wgmma": ("wgmma", 64), "native_wgmma_ps1": ("wgmma", 1),
     "native_wgmma_tma": ("wgmma_tma", 64), "native_ws": ("wgmma_ws", 64), "native_ws_ps1": ("wgmma_ws", 1),
     "native_ws_la1": ("wgmma_ws_la1", 64), "native_ws_la2": ("wgmma_ws_la2", 64),
     "native_ws64": ("wgmma_ws64", 64), "native_ws64_ps1": ("wgmma_ws64", 1),
+    "native_seesaw": ("wgmma_seesaw", 64), "native_seesaw_ps1": ("wgmma_seesaw", 1),
     "native_t": ("wgmma_t", 64), "native_t_ps1": ("wgmma_t", 1),
     "triton": (None, 1), "torch": (None, 1),
 }

@@ -16,6 +16,8 @@ _STYLE = {"triton": ("tab:red", "Triton extend, page_size=1 (baseline)"), "nativ
           "native_ws_la2": ("tab:pink", "warp-specialised, Q K^T 2 tiles ahead"),
           "native_ws64": ("darkred", "native CUDA wgmma, warp-specialised, 64-key tiles, page_size=64"),
           "native_ws64_ps1": ("salmon", "native CUDA wgmma, warp-specialised, 64-key tiles, page_size=1"),
+          "native_seesaw": ("navy", "native CUDA wgmma, two math warpgroups taking turns (seesaw), page_size=64"),
+          "native_seesaw_ps1": ("slateblue", "native CUDA wgmma, seesaw, page_size=1"),
           "native_t": ("tab:olive", "native CUDA wgmma, transposed (query rows in N), page_size=64"),
           "native_t_ps1": ("yellowgreen", "native CUDA wgmma, transposed, page_size=1"),
           "native_auto": ("black", "native CUDA, the kernel impl='auto' picks, page_size=64")}

@@ -20,7 +20,9 @@
 //      warpgroup 0 stores each P value from its accumulator layout is where the K-major
 //      descriptor of both warpgroups' P V reads P[row][key], and those stores are free of bank
 //      conflicts;
-//      The same for the 64-key warp-specialised kernel (tree_verify_mla_ws64.cu, one P buffer);
+//      The same for the 64-key warp-specialised kernel (tree_verify_mla_ws64.cu, one P buffer)
+//      and for the seesaw kernel (tree_verify_mla_seesaw.cu: Q by its loader warpgroup, each
+//      stage's P in the stage's rope block, dims 512..575, which V never reads);
 //   5. for the transposed kernel (tree_verify_mla_t.cu): its 64-key tiles loaded by one
 //      warpgroup and its 40-row Q by both, S^T = K Q^T (A = the key tile, B = Q) over all 576
 //      dims, V^T P^T with A = the tile read MN-major (each warpgroup's four 64-dim blocks) and
@@ -32,6 +34,7 @@
 #include "../../kernels/tree_verify_mla_ws.cu"
 #include "../../kernels/tree_verify_mla_ws64.cu"
 #include "../../kernels/tree_verify_mla_t.cu"
+#include "../../kernels/tree_verify_mla_seesaw.cu"
 
 #include <cstdio>
 #include <vector>
@@ -128,10 +131,9 @@ static void check_exchange_banks() {
 // halves 0 and 1, and P. W: the kernel's namespace constants and layout helpers.
 template <class W>
 static void check_ws(int p_buffers, uint32_t p_buf_bytes) {
-  const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + (W::STAGES - 1) * W::TILE_B, p_base = 1024 + W::Q_B + W::STAGES * W::TILE_B;
-  expect(p_base % 1024 == 0, "P starts on a swizzle atom", p_base, 0, 0, 0);
-  check_loads<W::BN, W::WG>(k_base);  // a key tile, by warpgroup 1 alone
-  check_loads<W::BM, W::NT>(q_base);  // Q, by both warpgroups
+  const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + (W::STAGES - 1) * W::TILE_B;
+  check_loads<W::BN, W::WG>(k_base);         // a key tile, by one warpgroup
+  check_loads<W::BM, W::Q_THREADS>(q_base);  // Q (ws, ws64: both warpgroups; seesaw: the loader)
   for (int ks = 0; ks < W::KSTEPS; ++ks) {
     const uint64_t da = tvg::kstep_desc(q_base, W::BM, ks), db = tvg::kstep_desc(k_base, W::BN, ks);
     for (int k = 0; k < 16; ++k) {
@@ -146,12 +148,20 @@ static void check_ws(int p_buffers, uint32_t p_buf_bytes) {
       for (int k = 0; k < 16; ++k)
         for (int n = 0; n < W::VH; ++n)
           expect(mn_major(db, n, k) == element(k_base, W::BN, 16 * kk + k, wg * W::VH + n), "ws PV B = V[key][col]", wg, kk, n, k);
+      // (the seesaw kernel's P sits in the same stage: V is never read from where P is)
+      for (int x = 0; x < p_buffers; ++x)
+        for (int k = 0; k < 16; ++k)
+          for (int n = 0; n < W::VH; ++n) {
+            const uint32_t v = mn_major(db, n, k), buf = W::p_buf(1024 + W::Q_B, x, p_buf_bytes);
+            expect(v < buf || v >= buf + (uint32_t)(W::BM * W::BN * 2), "ws PV reads V outside P", wg, kk, n, x);
+          }
     }
   // P (p_buffers buffers, no swizzle): warpgroup 0's thread (warp, g, t4) holds keys 8 nt + 2 t4, +1
   // of rows 16 warp + g and + 8; both warpgroups' P V read it through p_desc
   std::vector<int> stored(W::BM * W::BN, 0);  // P[r][key] stores
   for (int x = 0; x < p_buffers; ++x) {
-    const uint32_t buf = p_base + x * p_buf_bytes;
+    const uint32_t buf = W::p_buf(1024 + W::Q_B, x, p_buf_bytes);
+    expect(buf % 1024 == 0, "P starts on a swizzle atom", x, buf, 0, 0);
     for (int kk = 0; kk < W::BN / 16; ++kk) expect((W::p_desc(buf, kk) >> 62) == 0, "P descriptor: no swizzle", x, kk, 0, 0);
     for (int warp = 0; warp < 4; ++warp)
       for (int nt = 0; nt < W::BN / 8; ++nt)
@@ -176,16 +186,21 @@ static void check_ws(int p_buffers, uint32_t p_buf_bytes) {
 }
 
 // the constants and helpers check_ws reads, per kernel
-#define TVW_WS_TRAITS(NAME, NS)                                                                          \
+// (P_BUF: buffer x of P given the stages' start; Q_THREADS: the threads that load Q)
+#define TVW_WS_TRAITS(NAME, NS, Q_THREADS_, P_BUF)                                                       \
   struct NAME {                                                                                          \
-    static constexpr int BM = NS::BM, BN = NS::BN, WG = NS::WG, NT = NS::NT, KSTEPS = NS::KSTEPS, VH = NS::VH; \
+    static constexpr int BM = NS::BM, BN = NS::BN, WG = NS::WG, KSTEPS = NS::KSTEPS, VH = NS::VH;        \
+    static constexpr int Q_THREADS = Q_THREADS_;                                                         \
     static constexpr int Q_B = NS::Q_B, TILE_B = NS::TILE_B, STAGES = NS::STAGES;                        \
+    static uint32_t p_buf(uint32_t stages, int x, uint32_t bytes) { return P_BUF; }                      \
     static uint64_t p_desc(uint32_t buf, int kk) { return NS::p_desc(buf, kk); }                         \
     static uint32_t p_offset(int r, int nt, int t4) { return NS::p_offset(r, nt, t4); }                  \
     static uint64_t v_desc(uint32_t base, int wg, int kk) { return NS::v_desc(base, wg, kk); }           \
   };
-TVW_WS_TRAITS(Ws, tvws)
-TVW_WS_TRAITS(Ws64, tvws64)
+// after the stages (ws, ws64); in stage x's rope block, where Q K^T (x) read dims 512..575 (seesaw)
+TVW_WS_TRAITS(Ws, tvws, tvws::NT, stages + tvws::STAGES * tvws::TILE_B + x * bytes)
+TVW_WS_TRAITS(Ws64, tvws64, tvws64::NT, stages + tvws64::STAGES * tvws64::TILE_B + x * bytes)
+TVW_WS_TRAITS(Seesaw, tvsee, tvsee::WG, tvsee::p_buf(stages + x * tvsee::TILE_B))
 
 // tree_verify_mla_t.cu: keys in M, query rows in N.
 static void check_t() {
@@ -257,6 +272,8 @@ int main() {
   check_loads<BM>(q_base);
   check_ws<Ws>(2, tvws::P_BUF);
   check_ws<Ws64>(1, tvws64::P_B);
+  check_ws<Seesaw>(2, tvsee::P_B);  // one P per stage
+  expect(tvsee::p_buf(0) == (uint32_t)tvg::tile_offset(tvsee::BN, 0, 64), "seesaw: P in column block 8 (dims 512..575)", tvsee::p_buf(0), 0, 0, 0);
   check_t();
   for (int half = 0; half < 2; ++half)
     for (int ks = 0; ks < KSTEPS / 2; ++ks) {
@@ -283,6 +300,6 @@ int main() {
     std::printf("%d failures\n", failures);
     return 1;
   }
-  std::printf("wgmma layout (v4, ws and transposed kernels): all checks passed\n");
+  std::printf("wgmma layout (v4, ws, ws64, seesaw and transposed kernels): all checks passed\n");
   return 0;
 }

@@ -17,17 +17,22 @@ buffers and the LSE merge (``tree_verify_merge`` in ``kernels/tree_verify_mla.cu
 * ``impl="wgmma_ws64"``: ``kernels/tree_verify_mla_ws64.cu``, the wgmma_ws roles on 64-key
   tiles (every Q K^T wgmma m64n64k16: Q read from shared memory once per 64 keys), 2 stages and
   one P buffer (sm_90a);
+* ``impl="wgmma_seesaw"``: ``kernels/tree_verify_mla_seesaw.cu``, 64-key tiles taken in turn by
+  two math warpgroups (FlashMLA's "seesaw" schedule), each holding half of O, with a third
+  warpgroup issuing every load; each tile's P lives in the tile's own rope block (dims 512..575,
+  dead once Q K^T is done) and a tile lands in three parts, so Q K^T starts on the first (sm_90a);
 * ``impl="wgmma_t"``: ``kernels/tree_verify_mla_t.cu``, the transposed products for few query
   rows: keys are the 64-row M of every wgmma and query rows its N (40 per CTA), so a 72-row
   request is 80 rows of MMA work instead of 128 (sm_90a); 64-key tiles in 2 stages, roles as in
   ``wgmma_ws``;
-* ``impl="auto"`` (default): on an sm_90 GPU ``wgmma_ws64`` from a 4k-token prefix on (65-80
-  query rows per request: from 32k; 2048 rows and more: always), ``wgmma_t`` for up to 64 rows
-  from a 128k prefix on; ``wgmma`` below those (``resolve_impl``), ``mma`` elsewhere.
+* ``impl="auto"`` (default): on an sm_90 GPU ``wgmma_seesaw`` from a 4k-token prefix on (65-80
+  query rows per request: from 32k; up to 64 rows: from 64k; 2048 rows and more: always),
+  ``wgmma`` below those (``resolve_impl``), ``mma`` elsewhere.
 
 All are checked against a float64 reference on the H200 (data/native_check_h200.json,
 data/native_check_wgmma_h200.json, data/native_check_wgmma_ws_h200.json,
-data/native_check_wgmma_ws64_h200.json, data/native_check_wgmma_t_h200.json) and timed in
+data/native_check_wgmma_ws64_h200.json, data/native_check_wgmma_seesaw_h200.json,
+data/native_check_wgmma_t_h200.json) and timed in
 data/context_sweep_h200.json.
 """
 
@@ -40,58 +45,62 @@ import torch
 
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 
-__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_WS64_MIN_PREFIX", "AUTO_WS64_FEW_MIN_PREFIX", "AUTO_WS64_MIN_ROWS", "AUTO_T_MIN_PREFIX", "T_ROWS", "hopper_auto", "IMPLS", "HOPPER_IMPLS"]
+__all__ = ["NativeTreeVerify", "tree_verify_attention_native", "plan_launch", "plan_makespan", "LaunchPlan", "resolve_impl", "smem_bytes", "ws_lookahead", "WS_LOOKAHEAD_MIN_TILES", "merge_groups", "AUTO_SEESAW_MIN_PREFIX", "AUTO_SEESAW_FEW_MIN_PREFIX", "AUTO_SEESAW_FEWEST_MIN_PREFIX", "AUTO_SEESAW_MIN_ROWS", "T_ROWS", "hopper_auto", "IMPLS", "HOPPER_IMPLS"]
 
 BN = 32  # keys per tile (must match the .cu)
 STAGES = 3
 DP = MLA_HEAD_DIM + 8
 S_STRIDE = BN + 8  # floats per row of the partial-S exchange (tvc::s_stride in the .cuh)
-IMPLS = ("mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t")
-HOPPER_IMPLS = ("wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_t")  # sm_90a only; no rg choice (64 query rows per CTA, wgmma_t: T_ROWS)
+IMPLS = ("mma", "wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_seesaw", "wgmma_t")
+HOPPER_IMPLS = ("wgmma", "wgmma_ws", "wgmma_ws64", "wgmma_seesaw", "wgmma_t")  # sm_90a only; no rg choice (64 query rows per CTA, wgmma_t: T_ROWS)
 WS_STAGES = 4  # key-tile stages of the wgmma_ws kernel
 T_ROWS = 40  # query rows per CTA of the transposed wgmma_t kernel (the N of its wgmmas; must match the .cu)
 T_BN = 64  # keys per tile of wgmma_t (the M of its wgmmas)
 T_STAGES = 2
-WS64_BN = 64  # keys per tile of wgmma_ws64 (2 stages, one P buffer; must match the .cu)
+WS64_BN = 64  # keys per tile of wgmma_ws64 and wgmma_seesaw (2 stages; must match the .cu)
+SEESAW_THREADS = 384  # wgmma_seesaw: two math warpgroups and a loader
 
 
 # "auto" on sm_90 (hopper_auto), by query rows per request and the longest prefix: wgmma below
-# these prefixes, the named kernel from them on
-AUTO_T_MIN_PREFIX = 131072        # up to 64 rows: wgmma_t
-AUTO_WS64_FEW_MIN_PREFIX = 32768  # 65-80 rows: wgmma_ws64
-AUTO_WS64_MIN_PREFIX = 4096       # more rows: wgmma_ws64 (at any prefix from AUTO_WS64_MIN_ROWS rows)
-AUTO_WS64_MIN_ROWS = 2048
+# these prefixes, wgmma_seesaw from them on
+AUTO_SEESAW_FEWEST_MIN_PREFIX = 65536  # up to 64 rows
+AUTO_SEESAW_FEW_MIN_PREFIX = 32768     # 65-80 rows
+AUTO_SEESAW_MIN_PREFIX = 4096          # more rows (at any prefix from AUTO_SEESAW_MIN_ROWS rows)
+AUTO_SEESAW_MIN_ROWS = 2048
 
 
 def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
     """The kernel ``"auto"`` picks on sm_90 for ``rows`` query rows per request and the longest
     prefix (either may be unknown: None); see ``resolve_impl``. No torch needed: the notebooks
     apply it to recorded sweeps."""
-    if rows is not None and rows <= 64:
-        return "wgmma_t" if max_prefix is not None and max_prefix >= AUTO_T_MIN_PREFIX else "wgmma"
-    if rows is not None and rows <= 2 * T_ROWS:
-        return "wgmma_ws64" if max_prefix is not None and max_prefix >= AUTO_WS64_FEW_MIN_PREFIX else "wgmma"
-    if rows is not None and rows >= AUTO_WS64_MIN_ROWS:
-        return "wgmma_ws64"
-    return "wgmma" if max_prefix is not None and max_prefix < AUTO_WS64_MIN_PREFIX else "wgmma_ws64"
+    if rows is not None and rows <= 80:  # an unknown prefix gets the short-prefix choice
+        min_prefix = AUTO_SEESAW_FEWEST_MIN_PREFIX if rows <= 64 else AUTO_SEESAW_FEW_MIN_PREFIX
+        return "wgmma_seesaw" if max_prefix is not None and max_prefix >= min_prefix else "wgmma"
+    if rows is not None and rows >= AUTO_SEESAW_MIN_ROWS:
+        return "wgmma_seesaw"
+    return "wgmma" if max_prefix is not None and max_prefix < AUTO_SEESAW_MIN_PREFIX else "wgmma_seesaw"
 
 
 def resolve_impl(impl: str, device, rg: int | None = None, max_prefix: int | None = None, rows: int | None = None) -> str:
     """``"auto"`` -> the fastest kernel the device can run, by the H200 measurements
-    (data/context_sweep_h200.json and the wgmma_t probe runs in docs/kernel_notes.md). On sm_90,
-    by ``rows`` (query rows per request, heads x nodes) and the longest prefix:
+    (data/context_sweep_h200.json and the 40- and 64-row probe runs in docs/kernel_notes.md). On
+    sm_90, by ``rows`` (query rows per request, heads x nodes) and the longest prefix,
+    wgmma_seesaw or, below these prefixes, wgmma:
 
-    * more than 80 rows (or ``rows`` unknown): wgmma_ws64 from a 4k prefix on (or unknown), and
-      at any prefix from ``AUTO_WS64_MIN_ROWS`` rows; wgmma below. In the sweep wgmma_ws64 was
-      the fastest kernel at every such shape from 4k on (1.03-1.18x over wgmma_ws at >= 32k,
-      up to 1.82x at 4k; 35.7 vs 35.9 us over wgmma at 4k, H=8 T=65, the closest) and at 1k for 2056 rows
-      and more; at 1k wgmma led for 520 and 576 rows (26.7 vs 32.5, 22.7 vs 24.8 us);
-    * 65-80 rows: wgmma_ws64 from a 32k prefix on, wgmma below. At 72 rows (the sweep)
-      wgmma_ws64 took 43.8 / 66.4 / 136.3 us at 32k / 64k / 185k against 45.8 / 74.3 / 173.4
-      (wgmma) and 47.7 / 68.2 / 139.2 (wgmma_t); at 16k wgmma led (31.4 vs 31.8 us);
-    * up to 64 rows: wgmma_t from a 128k prefix on, wgmma below, by probe runs at 40 rows (not in
-      the sweep): wgmma stayed ahead up to 64k (49 us vs 55.5) and wgmma_t led at 185k (90 vs 100
-      for wgmma_ws). wgmma_ws64 was not run at 40 rows.
+    * more than 80 rows (or ``rows`` unknown): wgmma_seesaw from a 4k prefix on (or unknown),
+      and at any prefix from ``AUTO_SEESAW_MIN_ROWS`` rows. In the sweep it was the fastest kernel
+      at every such shape from 16k on (1.06-1.11x over wgmma_ws64 at >= 32k) and at 4k but for
+      520 rows (37.1 us against 35.5 for wgmma_ws64 and 36.0 for wgmma); at 1k, 2056 rows, within
+      1% of wgmma_ws64 (58.2 vs 57.8 us); wgmma led at 1k for 520 and 576 rows;
+    * 65-80 rows: wgmma_seesaw from a 32k prefix on. At 72 rows (the sweep) it took 39.8 / 57.5
+      / 117.1 us at 32k / 64k / 185k against 45.7 / 73.9 / 172.4 (wgmma), 43.5 / 65.7 / 135.6
+      (wgmma_ws64) and 47.8 / 68.2 / 138.6 (wgmma_t); at 16k wgmma led (31.2 vs 32.0 us);
+    * up to 64 rows: wgmma_seesaw from a 64k prefix on, by probe runs at 40 and 64 rows (not in
+      the sweep): 46.7 / 66.0 / 81.6 us at 64k / 128k / 185k and 40 rows against 49.0 / 77.4 /
+      101.1 (wgmma) and 55.0 / 75.5 / 91.3 (wgmma_t); at 32k wgmma led (34.2 vs 38.1 us).
+
+    wgmma_ws, wgmma_ws64 and wgmma_t are never picked now: each is slower than wgmma_seesaw
+    wherever they lead wgmma.
 
     Elsewhere it is mma, also when an ``rg`` other than 4 asks for fewer query rows per CTA,
     which only mma has."""
@@ -115,6 +124,10 @@ def smem_bytes(rg: int, impl: str = "mma") -> int:
     if impl == "wgmma_ws64":  # Q + 2 stages of WS64_BN keys + one P buffer (64 x WS64_BN bf16) + 3 floats
         # per row (factor, max, sum), + 1024 B alignment
         return 64 * MLA_HEAD_DIM * 2 + 2 * WS64_BN * MLA_HEAD_DIM * 2 + 64 * WS64_BN * 2 + 3 * 64 * 4 + 1024
+    if impl == "wgmma_seesaw":  # Q + 2 stages of WS64_BN keys (each stage's P in its rope block) +
+        # 6 floats per row (2 factor and 2 max buffers, 2 sums) + 2 x 3 mbarriers (a tile lands in
+        # 3 parts), + 1024 B alignment
+        return 64 * MLA_HEAD_DIM * 2 + 2 * WS64_BN * MLA_HEAD_DIM * 2 + 6 * 64 * 4 + 6 * 8 + 1024
     if impl == "wgmma_t":  # Q (T_ROWS rows) + T_STAGES 64-key tiles + 2 P^T buffers + 8 floats per
         # query row (2 factor buffers, 4 per-warp reductions, max, sum), + 1024 B alignment
         return T_ROWS * MLA_HEAD_DIM * 2 + T_STAGES * T_BN * MLA_HEAD_DIM * 2 + 2 * T_ROWS * T_BN * 2 + 8 * T_ROWS * 4 + 1024
@@ -258,7 +271,7 @@ class NativeTreeVerify:
             raise ValueError(f"impl must be 'auto' or one of {IMPLS}, got {impl!r}")
         if tma and impl == "mma":
             raise ValueError("tma=True needs the wgmma kernel (impl='wgmma' or 'auto' on sm_90); the mma kernel loads with cp.async only")
-        if tma and impl in ("wgmma_ws", "wgmma_ws64", "wgmma_t"):
+        if tma and impl in ("wgmma_ws", "wgmma_ws64", "wgmma_seesaw", "wgmma_t"):
             raise ValueError(f"tma=True needs the wgmma kernel; the {impl} kernel loads with cp.async only")
         if lookahead not in (None, 1, 2):
             raise ValueError(f"lookahead must be 1 or 2 (Q K^T tiles issued ahead of P V), got {lookahead!r}")
@@ -304,7 +317,7 @@ class NativeTreeVerify:
         )
         q_, pool, pt, lens, tkv, mask = self._keep
         num_sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        tiles = dict(cta_rows=T_ROWS, bn=T_BN) if impl == "wgmma_t" else dict(bn=WS64_BN) if impl == "wgmma_ws64" else {}
+        tiles = dict(cta_rows=T_ROWS, bn=T_BN) if impl == "wgmma_t" else dict(bn=WS64_BN) if impl in ("wgmma_ws64", "wgmma_seesaw") else {}
         self.plan = plan = plan_launch(rows, t, int(x.prefix_lens.max()), b, num_sms, rg=rg, prefix_splits=prefix_splits, **tiles)
         ns = plan.splits
         self.o_part = torch.empty(b, ns, rows, MLA_V_DIM, device=dev, dtype=torch.float32)
@@ -323,6 +336,8 @@ class NativeTreeVerify:
                 self._partial = kernels.load_module("tree_verify_mla_ws", dev.index).get_function(name)
             elif impl == "wgmma_ws64":
                 self._partial = kernels.load_module("tree_verify_mla_ws64", dev.index).get_function("tree_verify_partial_ws64")
+            elif impl == "wgmma_seesaw":
+                self._partial = kernels.load_module("tree_verify_mla_seesaw", dev.index).get_function("tree_verify_partial_seesaw")
             elif impl == "wgmma_t":
                 self._partial = kernels.load_module("tree_verify_mla_t", dev.index).get_function(f"tree_verify_partial_t{T_ROWS}")
             else:
@@ -345,7 +360,7 @@ class NativeTreeVerify:
         )
         self._merge_args = (ptr(self.o_part), ptr(self.lse_part), ptr(self.out), ptr(self.lse), i32(rows), i32(ns))
         self._grid = (plan.m_tiles, ns, b)
-        self._block = (64 * plan.rg, 1, 1)  # the Hopper kernels: rg=4, two warpgroups
+        self._block = (SEESAW_THREADS if impl == "wgmma_seesaw" else 64 * plan.rg, 1, 1)  # Hopper: rg=4, two warpgroups (seesaw: three)
         self._smem = smem_bytes(plan.rg, impl)
         self._merge_grid = (rows, b, merge_groups(ns))
         self._launches = None
