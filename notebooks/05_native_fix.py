@@ -13,14 +13,16 @@
 # %% [markdown]
 # # 05 · The native fix: a tree-verify attention kernel that uses the whole GPU
 #
-# Five CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
+# Six CUDA kernels with one contract, loaded through pycuda inside PyTorch's context:
 # `kernels/tree_verify_mla.cu` (`mma.sync`, any GPU from sm_80; `native` in the tables),
 # `kernels/tree_verify_mla_wgmma.cu` (Hopper warpgroup MMA, sm_90a; `native_wgmma`),
 # `kernels/tree_verify_mla_ws.cu` (the same tiles with warp-specialised warpgroups, sm_90a;
 # `native_ws`), `kernels/tree_verify_mla_ws64.cu` (the warp-specialised kernel on 64-key tiles,
-# sm_90a; `native_ws64`, section 7c, the default on an H100/H200 from a 4k-token prefix on) and
-# `kernels/tree_verify_mla_t.cu` (the transposed products for few query rows, sm_90a;
-# `native_t`, section 7b). `native_auto` is whichever `impl="auto"` picks at each shape. All do the same thing:
+# sm_90a; `native_ws64`, section 7c), `kernels/tree_verify_mla_seesaw.cu` (two math warpgroups
+# taking the 64-key tiles in turn, sm_90a; `native_seesaw`, section 7d, the default on an
+# H100/H200 from a 4k-token prefix on) and `kernels/tree_verify_mla_t.cu` (the transposed
+# products for few query rows, sm_90a; `native_t`, section 7b). `native_auto` is whichever
+# `impl="auto"` picks at each shape. All do the same thing:
 #
 # * **prefix**: read page by page as whole 1152-byte token rows with 16-byte `cp.async`
 #   loads (any page size, page_size=1 included), **split-KV across all SMs** at batch 1,
@@ -43,6 +45,7 @@ check_file = "native_check_h200.json"
 wgmma_check_file = "native_check_wgmma_h200.json"
 ws_check_file = "native_check_wgmma_ws_h200.json"
 ws64_check_file = "native_check_wgmma_ws64_h200.json"
+seesaw_check_file = "native_check_wgmma_seesaw_h200.json"
 t_check_file = "native_check_wgmma_t_h200.json"
 ablation_file = "native_ablation_h200.json"
 headline_context = 185000
@@ -82,10 +85,10 @@ if source == "measure":
     if hopper:
         checked["wgmma"] = {"machine": bench.machine_metadata(), "results": bench.check_native(impl="wgmma")}
         checked["wgmma_ws"] = {"machine": bench.machine_metadata(), "results": [r for la in (1, 2) for r in bench.check_native(impl="wgmma_ws", lookahead=la)]}
-        for impl in ("wgmma_ws64", "wgmma_t"):
+        for impl in ("wgmma_ws64", "wgmma_seesaw", "wgmma_t"):
             checked[impl] = {"machine": bench.machine_metadata(), "results": bench.check_native(impl=impl)}
 else:
-    files = {"mma": check_file, "wgmma": wgmma_check_file, "wgmma_ws": ws_check_file, "wgmma_ws64": ws64_check_file, "wgmma_t": t_check_file}
+    files = {"mma": check_file, "wgmma": wgmma_check_file, "wgmma_ws": ws_check_file, "wgmma_ws64": ws64_check_file, "wgmma_seesaw": seesaw_check_file, "wgmma_t": t_check_file}
     checked = {k: data.load_json(f) for k, f in files.items()}
     for k, c in checked.items():
         print(f"{k} recorded on:", data.describe_machine(c["machine"]))
@@ -103,7 +106,7 @@ checks[["kernel", "prefix_lens", "nodes", "heads", "page_size", "tree", "splits"
 if source == "measure":
     ceilings = bench.measure_ceilings()
     contexts = (4096, 65536) if smoke else bench.SWEEP_CONTEXTS
-    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_t", "native_t_ps1") if hopper else ())
+    impls = ("native", "native_ps1", "triton", "torch") + (("native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_seesaw", "native_seesaw_ps1", "native_t", "native_t_ps1") if hopper else ())
     doc = {"machine": bench.machine_metadata(), "ceilings": ceilings, "rows": bench.context_sweep(contexts=contexts, impls=impls, rep_ms=20 if smoke else 60)}
 else:
     doc = data.load_json(sweep_file)
@@ -112,7 +115,7 @@ ceilings = doc["ceilings"]
 df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
 if "native_ws" in set(df.impl):  # an sm_90 run: the kernel impl="auto" picks at each shape, as "native_auto"
     df = analysis.with_auto(df)
-best = next(i for i in ("native_auto", "native_ws64", "native_ws", "native_wgmma", "native") if i in set(df.impl))
+best = next(i for i in ("native_auto", "native_seesaw", "native_ws64", "native_ws", "native_wgmma", "native") if i in set(df.impl))
 speed = analysis.speedup_table(df, new=best)
 if best != "native":  # the mma.sync kernel beside it
     mma = analysis.speedup_table(df, new="native").rename(columns={"speedup": "speedup_mma"})
@@ -218,21 +221,20 @@ else:
 ws_table
 
 # %% [markdown]
-# ## 7b. Few query rows: the transposed products (`native_t`, what `auto` picks for <= 64 rows on long prefixes)
+# ## 7b. Few query rows: the transposed products (`native_t`)
 # A wgmma's M is 64 rows, and the kernels above put query rows in M: a 72-row request (8 heads
 # x 9 nodes) is two CTAs of 64 padded rows. `kernels/tree_verify_mla_t.cu` puts keys in M and
 # query rows in N (40 per CTA): S^T = K Q^T and O^T = V^T P^T, 64-key tiles in 2 stages.
 # Clock counters inside it showed a chain of 36 dependent wgmmas on one accumulator running at
 # ~83 cycles each, the latency of a wgmma rather than its throughput; it now accumulates into two
-# register sets. It led at 72 rows until the 64-key warp-specialised kernel (7c) overtook it;
-# `auto` keeps it for up to 64 rows from a 128k prefix on, by probe runs at 40 rows
-# (`native_auto` below is what `auto` delivers at each shape).
+# register sets. It led at 72 rows until the 64-key kernels (7c, 7d) overtook it; `auto` no
+# longer picks it (`native_auto` below is what `auto` delivers at each shape).
 
 # %%
 if "native_t" in set(df.impl):
     print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_ws", "native_t", "transposed over warp-specialised, <= 80 rows", min_context=65536))
     print(analysis.speedup_range(df[df.heads * df.nodes <= 80], "native_wgmma", "native_t", "transposed over wgmma, <= 80 rows", min_context=65536))
-    small = df[(df.heads * df.nodes <= 80) & df.impl.isin(["native_wgmma", "native_ws", "native_ws64", "native_t", "native_auto"])]
+    small = df[(df.heads * df.nodes <= 80) & df.impl.isin(["native_wgmma", "native_ws", "native_ws64", "native_seesaw", "native_t", "native_auto"])]
     t_table = small.pivot_table(index=["context", "heads", "nodes"], columns="impl", values="x_floor").round(2)
 else:
     print("no transposed-kernel measurements here (not an sm_90 GPU, or an older recording)")
@@ -240,7 +242,7 @@ else:
 t_table
 
 # %% [markdown]
-# ## 7c. 64-key tiles (`native_ws64`, what `auto` picks for most shapes)
+# ## 7c. 64-key tiles (`native_ws64`)
 # Clock counters inside the warp-specialised kernel (per 32-key tile of ~3,000 cycles on the
 # H200) showed warpgroup 0 spending ~1,300 cycles just issuing its 36 Q K^T wgmmas and ~1,000
 # in the softmax of 16 scores per thread, one after the other. Each m64n32k16 reads 2 KB of Q
@@ -259,6 +261,35 @@ else:
     print("no 64-key-tile measurements here (not an sm_90 GPU, or an older recording)")
     ws64_table = None
 ws64_table
+
+# %% [markdown]
+# ## 7d. Two math warpgroups taking turns (`native_seesaw`, what `auto` picks for most shapes)
+# Clock counters inside the 64-key kernel (~4,500 cycles per tile) showed one warpgroup issuing
+# every Q K^T (~1,750 cycles) and then running the softmax (~1,700), one after the other, while
+# the tensor cores waited through the softmax. `kernels/tree_verify_mla_seesaw.cu` follows
+# FlashMLA's "seesaw" schedule with three warpgroups:
+# - two math warpgroups take the tiles in turn, each doing the scores and softmax of its own
+#   tiles; one's softmax runs while the other's Q K^T is on the tensor cores;
+# - each keeps half of O (128 registers per thread) and adds P V for every tile: its own
+#   tile's P from registers, the other's from shared memory;
+# - a third warpgroup issues every load (`setmaxnreg`: 200 registers per math thread, 104 per
+#   loader thread).
+#
+# Where P goes: each tile's P is stored where the tile's dims 512..575 were. Only Q K^T reads
+# them, and it is done by then, so Q and two stages still fit. A tile lands in three parts on
+# three mbarriers, and Q K^T starts on the first part. On the H200 that part split is most of
+# the gain: without it the kernel was only 1.01-1.08x faster than `native_ws64`.
+
+# %%
+if "native_seesaw" in set(df.impl):
+    print(analysis.speedup_range(df, "native_ws64", "native_seesaw", "seesaw over the 64-key warp-specialised kernel"))
+    print(analysis.speedup_range(df, "native_seesaw_ps1", "native_seesaw", "seesaw, page_size=1 / page_size=64 time"))
+    seesaw_table = analysis.speedup_table(df, base="native_ws64", new="native_seesaw")
+    seesaw_table = seesaw_table[seesaw_table.context == ctx].round(3)
+else:
+    print("no seesaw measurements here (not an sm_90 GPU, or an older recording)")
+    seesaw_table = None
+seesaw_table
 
 # %% [markdown]
 # ## 8. Where the time goes: one stage left out at a time
@@ -284,14 +315,14 @@ ablation.round(2)
 # **Reading the numbers honestly** (the recorded H200 run; re-measure with `measure="always"`).
 #
 # **The collapse is gone.** At 185k context, H=8 and a 9-node tree, 61 layers of verify
-# attention take about 8.3 ms with the kernel `auto` picks there (the 64-key warp-specialised
-# one) instead of 1.97 s for the page_size=1 baseline: 237x. Pages of one token cost at most
-# 1.04x of pages of 64 (each row's page index is read one tile load ahead).
+# attention take about 7.1 ms with the kernel `auto` picks there (the seesaw kernel) instead of
+# 1.97 s for the page_size=1 baseline: 276x. Pages of one token cost at most 1.04x of pages of
+# 64 (each row's page index is read one tile load ahead).
 #
-# **It is not at the hardware's limit.** `auto` is 1.6x to 4.9x above the roofline floor at
-# >= 32k, peaking near 500 TFLOP/s against a bf16 GEMM measured at 780-800.
-# - Every shape of >= 520 query rows is within 1.6-2.5x of the floor.
-# - 72 rows: 4.9x at 32k, 3.7x at 64k and 2.7x at 185k. Even a pure stream of the KV by one
+# **It is not at the hardware's limit.** `auto` is 1.5x to 4.5x above the roofline floor at
+# >= 32k, peaking at 549 TFLOP/s against a bf16 GEMM measured at 780-810.
+# - Every shape of >= 520 query rows is within 1.5-2.3x of the floor.
+# - 72 rows: 4.5x at 32k, 3.2x at 64k and 2.3x at 185k. Even a pure stream of the KV by one
 #   CTA per SM reached 3.6 TB/s, not the 4.25 of the copy the floor uses, and both 64-row
 #   CTAs of a split read every key tile.
 # - About 7 us of a 72-row call are the split merge (65 splits). It took 19 us until it
@@ -303,6 +334,9 @@ ablation.round(2)
 # - The warp-specialised kernel gives the loads and half of P V to its second warpgroup.
 #   Its bound is then warpgroup 0's Q K^T -> softmax chain with Q K^T one tile ahead. With
 #   two tiles ahead it is the now shallower loads.
+# - The seesaw kernel (7d) overlaps one math warpgroup's softmax with the other's Q K^T, and
+#   starts Q K^T on a tile's first third. It still takes ~4,200 cycles per 64-key tile at the
+#   largest shape (at a 1.98 GHz clock), against ~2,200 for the tensor cores alone.
 #
 # **Measured and not kept:** TMA tile loads (0-7% slower), pairs of CTAs sharing tiles by
 # TMA multicast (20% slower), and a third warpgroup holding Q in registers (its fragments
