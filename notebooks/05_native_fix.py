@@ -252,14 +252,8 @@ t_table
 # memory holds Q, two stages of 64 keys and a single P buffer (227 KB).
 
 # %%
-if "native_ws64" in set(df.impl):
-    print(analysis.speedup_range(df, "native_ws", "native_ws64", "64-key over 32-key warp-specialised"))
-    print(analysis.speedup_range(df, "native_ws64_ps1", "native_ws64", "64-key tiles, page_size=1 / page_size=64 time"))
-    ws64_table = analysis.speedup_table(df, base="native_ws", new="native_ws64")
-    ws64_table = ws64_table[ws64_table.context == ctx].round(3)
-else:
-    print("no 64-key-tile measurements here (not an sm_90 GPU, or an older recording)")
-    ws64_table = None
+lines, ws64_table = analysis.kernel_step(df, "native_ws", "native_ws64", "64-key over 32-key warp-specialised", ctx)
+print("\n".join(lines))
 ws64_table
 
 # %% [markdown]
@@ -281,14 +275,8 @@ ws64_table
 # the gain: without it the kernel was only 1.01-1.08x faster than `native_ws64`.
 
 # %%
-if "native_seesaw" in set(df.impl):
-    print(analysis.speedup_range(df, "native_ws64", "native_seesaw", "seesaw over the 64-key warp-specialised kernel"))
-    print(analysis.speedup_range(df, "native_seesaw_ps1", "native_seesaw", "seesaw, page_size=1 / page_size=64 time"))
-    seesaw_table = analysis.speedup_table(df, base="native_ws64", new="native_seesaw")
-    seesaw_table = seesaw_table[seesaw_table.context == ctx].round(3)
-else:
-    print("no seesaw measurements here (not an sm_90 GPU, or an older recording)")
-    seesaw_table = None
+lines, seesaw_table = analysis.kernel_step(df, "native_ws64", "native_seesaw", "seesaw over the 64-key warp-specialised kernel", ctx)
+print("\n".join(lines))
 seesaw_table
 
 # %% [markdown]

@@ -127,3 +127,18 @@ def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
     assert row.auto_kernel == "native_seesaw"
     for other in ("native_ws", "native_ws64", "native_t", "native_wgmma"):  # the sweep's other Hopper kernels at that shape
         assert row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms, other
+
+
+def test_kernel_step_compares_a_version_with_the_one_before():
+    import pandas as pd
+
+    rows = [dict(impl=i, context=c, heads=8, nodes=9, ms=ms) for c in (4096, 65536)
+            for i, ms in (("native_ws64", 2.0), ("native_seesaw", 1.6 if c > 4096 else 2.5), ("native_seesaw_ps1", 1.7))]
+    lines, table = analysis.kernel_step(pd.DataFrame(rows), "native_ws64", "native_seesaw", "seesaw over ws64", 65536)
+    assert lines[0] == "seesaw over ws64: 1.25x to 1.25x at >= 32k (all contexts: 0.80x to 1.25x)"
+    assert lines[1].startswith("native_seesaw, page_size=1 / page_size=64 time: 1.06x to 1.06x at >= 32k")  # 1.7 / 1.6
+    assert list(table.context) == [65536] and table.speedup.iloc[0] == 1.25
+    lines, table = analysis.kernel_step(pd.DataFrame(rows), "native_ws64", "native_t", "t over ws64", 65536)
+    assert table is None and lines == ["no native_t measurements here (not an sm_90 GPU, or an older recording)"]
+    lines, _ = analysis.kernel_step(pd.DataFrame(rows[:2]), "native_ws64", "native_seesaw", "no ps1", 65536)
+    assert len(lines) == 1  # no page_size=1 run of the new kernel: no second line

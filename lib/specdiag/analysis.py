@@ -77,6 +77,20 @@ def speedup_range(df, base: str, new: str, what: str, min_context: int = 32768) 
     return f"{what}: {part} (all contexts: {t.speedup.min():.2f}x to {t.speedup.max():.2f}x)"
 
 
+def kernel_step(df, base: str, new: str, what: str, context: int):
+    """One kernel version against the one before it, as notebook 05 shows each step: lines with
+    the range of base / new time (``speedup_range``) and, where ``new + "_ps1"`` was measured,
+    new's page_size=1 / page_size=64 time; and the ``speedup_table`` rows at ``context``
+    (None, with a line saying so, when ``new`` was not measured)."""
+    if new not in set(df.impl):
+        return [f"no {new} measurements here (not an sm_90 GPU, or an older recording)"], None
+    lines = [speedup_range(df, base, new, what)]
+    if f"{new}_ps1" in set(df.impl):
+        lines.append(speedup_range(df, f"{new}_ps1", new, f"{new}, page_size=1 / page_size=64 time"))
+    t = speedup_table(df, base=base, new=new)
+    return lines, t[t.context == context].round(3)
+
+
 def lookahead_labels(frame, column: str = "impl"):
     """``frame[column]`` with ``_la1`` / ``_la2`` appended where a row has a ``lookahead`` (the
     wgmma_ws kernel's entry points), so each entry point gets a label of its own."""
