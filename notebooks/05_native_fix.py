@@ -325,7 +325,7 @@ ablation.round(2)
 # - The seesaw kernel (7d) overlaps one math warpgroup's softmax with the other's Q K^T, and
 #   starts Q K^T on a tile's first third. It still takes ~4,200 cycles per 64-key tile at the
 #   largest shape (at a 1.98 GHz clock), against ~2,200 for the tensor cores alone.
-# - Clock counters inside it put the bound on its loads. Its loader warpgroup is busy ~3,150
+# - Clock counters inside it put the bound on its loads. Its loader warpgroup is busy ~3,000-3,150
 #   of every ~3,800 cycles issuing a tile's 72 KB, about 23 B per cycle per SM: the L2 -> SM
 #   rate one CTA per SM reached in a pure stream. Every 64-row CTA reads every key tile whole.
 #
