@@ -168,11 +168,7 @@ __device__ __forceinline__ void verify_partial_seesaw(
           cp_async_mbar_arrive(full(tile, part));
         }
       };
-      load_rows<BM, WG>(sQ, t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-        const int gr = row0 + r;
-        p = q + ((size_t)b * R + min(gr, R - 1)) * D;
-        bytes = gr < R ? 16 : 0;
-      });
+      load_q<BM, WG, D>(sQ, t, q, b, R, row0);
       int pg[ROWS_T];
       pages_of(0, pg);
       load_tile(0, pg);

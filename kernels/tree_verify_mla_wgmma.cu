@@ -135,11 +135,7 @@ __device__ __forceinline__ void verify_partial(
       mbar_fence_init();
     }
     __syncthreads();
-    load_rows<BM>(sQ, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-      const int gr = row0 + r;
-      p = q + ((size_t)b * R + min(gr, R - 1)) * D;
-      bytes = gr < R ? 16 : 0;
-    });
+    tvg::load_q<BM, NT, D>(sQ, threadIdx.x, q, b, R, row0);
     // TMA: the token coordinate of a tile's first row (tree: rows of all requests back to back;
     // prefix: the pool as pages * page_size rows, a tile never straddles a page)
     auto tma_coord = [&](int tile) -> int {

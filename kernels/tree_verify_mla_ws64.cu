@@ -108,11 +108,7 @@ __device__ __forceinline__ void verify_partial_ws64(
   };
 
   if (n > 0) {
-    load_rows<BM, NT>(sQ, tid, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-      const int gr = row0 + r;
-      p = q + ((size_t)b * R + min(gr, R - 1)) * D;
-      bytes = gr < R ? 16 : 0;
-    });
+    load_q<BM, NT, D>(sQ, tid, q, b, R, row0);
     cp_async_commit();
 
     if (wg == 1) {

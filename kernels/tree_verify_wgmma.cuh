@@ -106,6 +106,17 @@ __device__ __forceinline__ void load_rows(uint32_t dst, int t, Src src) {
   }
 }
 
+// The CTA's ROWS query rows from row0 on (of R rows of D elements per request b) into Q's
+// swizzled tile at `dst` by THREADS threads (load_rows); rows past R are zero-filled.
+template <int ROWS, int THREADS, int D>
+__device__ __forceinline__ void load_q(uint32_t dst, int t, const __nv_bfloat16* __restrict__ q, int b, int R, int row0) {
+  load_rows<ROWS, THREADS>(dst, t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
+    const int gr = row0 + r;
+    p = q + ((size_t)b * R + min(gr, R - 1)) * D;
+    bytes = gr < R ? 16 : 0;
+  });
+}
+
 // A key tile of ROWS rows loaded by THREADS threads (t = this thread's index among them), each
 // thread's rows load_row<THREADS>(t, i), i < ROWS / (THREADS / 8). Their pool pages are read a
 // load ahead into `pg` (tile_pages), then the rows are copied (load_paged_tile): with page size
