@@ -281,14 +281,14 @@ seesaw_table
 
 # %% [markdown]
 # ## 8. Where the time goes: one stage left out at a time
-# The wgmma kernels rebuilt with one stage of their main loops deleted (results wrong by
-# design, same launches), each timed as a fraction of the full kernel; `eager` is the
-# warp-specialised kernel rescaling on every tile.
+# The wgmma, warp-specialised and seesaw kernels rebuilt with one stage of their main loops
+# deleted (results wrong by design, same launches), each timed as a fraction of the full
+# kernel; `eager` is the warp-specialised kernel rescaling on every tile.
 
 # %%
 if hopper:
     shapes = ((65536, 8, 65),) if smoke else ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
-    abl = {"machine": bench.machine_metadata(), "rows": bench.ablate(shapes=shapes, impl="wgmma") + [r for la in (1, 2) for r in bench.ablate(shapes=shapes, impl="wgmma_ws", lookahead=la)]}
+    abl = {"machine": bench.machine_metadata(), "rows": bench.ablate(shapes=shapes, impl="wgmma") + [r for la in (1, 2) for r in bench.ablate(shapes=shapes, impl="wgmma_ws", lookahead=la)] + bench.ablate(shapes=shapes, impl="wgmma_seesaw")}
 else:
     abl = data.load_json(ablation_file)
     for impl, machine in abl.get("runs", {"wgmma": abl["machine"]}).items():  # one recorded run per kernel

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -483,7 +484,7 @@ def test_profiling_workload_runs_the_chosen_kernel_on_the_planned_grid(impl):
 
 
 @pytest.mark.skipif(not HAS_NVCC or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump")
-@pytest.mark.parametrize("kernel, func, extra", [("tree_verify_mla_wgmma", "tree_verify_partial_wgmma", {"no_exchange"}), ("tree_verify_mla_ws", "tree_verify_partial_ws", {"no_rescale", "eager"})])
+@pytest.mark.parametrize("kernel, func, extra", [("tree_verify_mla_wgmma", "tree_verify_partial_wgmma", {"no_exchange"}), ("tree_verify_mla_ws", "tree_verify_partial_ws", {"no_rescale", "eager"}), ("tree_verify_mla_seesaw", "tree_verify_partial_seesaw", set())])
 def test_ablation_variants_apply_and_drop_their_stage(kernel, func, extra):
     """bench.ablation_variants edits a Hopper kernel's source text; each edit must still match
     the source (else it raises) and compile, and the variants without matrix multiplies must
@@ -496,7 +497,7 @@ def test_ablation_variants_apply_and_drop_their_stage(kernel, func, extra):
     assert len(set(variants.values())) == len(variants)
     for name in ("no_qk", "no_mma", "loads_only"):
         f = kernels.nvcc_check(kernel, source=variants[name])[func]
-        assert not f.spills and f.stack_frame == 0
+        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized  # (a serialised variant times ptxas, not the stage)
     with tempfile.TemporaryDirectory() as td:
         src = Path(td) / "no_mma.cu"
         src.write_text(variants["no_mma"])
@@ -504,6 +505,26 @@ def test_ablation_variants_apply_and_drop_their_stage(kernel, func, extra):
         subprocess.run(["nvcc", *kernels.arch_flags("sm_90a"), "-cubin", "-O3", "-o", str(cubin), str(src)], check=True, capture_output=True)
         dump = subprocess.run([kernels.find_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     # (ptxas keeps empty commit groups as null HGMMA.64x8x16 on RZ; the real shapes must be gone)
-    assert "HGMMA.64x32x16" not in dump and "HGMMA.64x256x16" not in dump and "LDGSTS" in dump
+    assert set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", dump)) <= {"64x8x16"} and "LDGSTS" in dump
     with pytest.raises(ValueError, match="no ablations"):
         ablation_variants("tree_verify_mla")
+
+
+def test_merge_ablation_replaces_one_kernels_rows_and_keeps_the_others():
+    """``bench ablate --append`` merges one kernel's run into the recorded file: that kernel's
+    (and entry point's) rows are replaced, every other kernel's stay, and ``runs`` names the
+    machine of each."""
+    from specdiag.bench import merge_ablation
+
+    row = lambda impl, variant, ms, la=None: dict(impl=impl, lookahead=la, context=65536, heads=64, nodes=257, variant=variant, ms=ms)  # noqa: E731
+    old = {"kind": "native_ablation", "machine": {"gpu": "A"}, "rows": [row("wgmma", "full", 7.0), row("wgmma_ws", "full", 5.0, 1), row("wgmma_ws", "full", 5.5, 2)]}
+    doc = merge_ablation(old, [row("wgmma_ws", "full", 4.0, 2), row("wgmma_ws", "no_qk", 3.0, 2)], {"gpu": "B"})
+    assert doc["runs"] == {"wgmma": {"gpu": "A"}, "wgmma_ws_la2": {"gpu": "B"}}  # (a file from before "runs": its machine is v4's)
+    assert sorted((r["impl"], r["lookahead"], r["ms"]) for r in doc["rows"]) == [("wgmma", None, 7.0), ("wgmma_ws", 1, 5.0), ("wgmma_ws", 2, 3.0), ("wgmma_ws", 2, 4.0)]
+    doc = merge_ablation(doc, [row("wgmma_seesaw", "full", 4.3)], {"gpu": "C"})
+    assert set(doc["runs"]) == {"wgmma", "wgmma_ws_la2", "wgmma_seesaw"} and len(doc["rows"]) == 5
+    assert merge_ablation(None, [row("wgmma_seesaw", "full", 4.3)], {"gpu": "C"})["runs"] == {"wgmma_seesaw": {"gpu": "C"}}
+    with pytest.raises(ValueError, match="one kernel"):
+        merge_ablation(old, [row("wgmma", "full", 1.0), row("wgmma_seesaw", "full", 1.0)], {})
+    with pytest.raises(ValueError, match="not an ablation"):
+        merge_ablation({"kind": "context_sweep", "rows": []}, [row("wgmma", "full", 1.0)], {})

@@ -358,14 +358,29 @@ _ABLATIONS = {
                   ("if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) tvc::rescale_rows(o, alpha);", "tvc::rescale_rows(o, alpha);"),
                   ("if (rescale) tvc::rescale_rows(o, alpha);", "tvc::rescale_rows(o, alpha);")],
     },
+    "tree_verify_mla_seesaw": {
+        # S zeroed instead of computed (the k-step loop needs a body)
+        "qk": [("wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);",
+                "if (ks == 0) { for (int i_ = 0; i_ < SN; ++i_) s[i_] = 0.f; }")],
+        "pv": [("wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));", ";"),
+               ("wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));", "(void)a;")],
+        "softmax": [("const bool rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);", "const bool rescale = false;\n      alpha[0] = alpha[1] = 1.f;"),
+                    ("tvc::mask_scores<BN>(s, g, t4, t, w, row0 + wr, R, H, T, b, tree_mask, scale_log2);", "")],
+        # (no "rescale": without its branch ptxas serialises every wgmma, C7520, and the rescales
+        # are rare anyway with the lazy 2^8 slack)
+        # every tile's cp.async (the loader still arrives on each part's mbarrier; Q is loaded)
+        "loads": [("cp_async16(stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk), src[i] + chunk * 8, bytes[i]);", "(void)chunk;")],
+    },
 }
-ABLATION_KERNELS = {"wgmma": "tree_verify_mla_wgmma", "wgmma_ws": "tree_verify_mla_ws"}  # impl -> source
+ABLATION_KERNELS = {"wgmma": "tree_verify_mla_wgmma", "wgmma_ws": "tree_verify_mla_ws", "wgmma_seesaw": "tree_verify_mla_seesaw"}  # impl -> source
 
 
 def _partial_function(kernel: str, lookahead: int = 1) -> str:
     """The partial kernel's entry point in an ablation source (the ws kernel has one per lookahead)."""
     if kernel == "tree_verify_mla_wgmma":
         return "tree_verify_partial_wgmma"
+    if kernel == "tree_verify_mla_seesaw":
+        return "tree_verify_partial_seesaw"
     return "tree_verify_partial_ws" if lookahead == 1 else "tree_verify_partial_ws_la2"
 
 
@@ -397,7 +412,7 @@ def ablation_variants(kernel: str = "tree_verify_mla_wgmma") -> dict[str, str]:
 
 
 def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: float = 30.0, tma: bool = False, impl: str = "wgmma", lookahead: int = 1, progress=print) -> list[dict]:
-    """Time every ``ablation_variants`` source of the ``impl`` kernel ("wgmma" or "wgmma_ws") on
+    """Time every ``ablation_variants`` source of the ``impl`` kernel (``ABLATION_KERNELS``) on
     the same launches (sm_90 only); ``tma=True`` takes the wgmma kernel's TMA load path apart
     instead of the default cp.async one; ``lookahead`` the ws kernel's entry point (1 or 2)."""
     from pycuda.compiler import SourceModule
@@ -431,6 +446,30 @@ def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: f
     return rows
 
 
+def _ablation_label(row: dict) -> str:
+    """The kernel (and ws entry point) an ablation row belongs to: "wgmma", "wgmma_ws_la2", ..."""
+    la = row.get("lookahead")
+    return (row.get("impl") or "wgmma") + (f"_la{int(la)}" if la else "")
+
+
+def merge_ablation(doc: dict | None, rows: list[dict], machine: dict) -> dict:
+    """An ablation document holding ``rows`` (one kernel's run) and, from ``doc`` (an earlier
+    ``native_ablation`` document or None), every other kernel's rows; ``runs`` maps each kernel
+    to the machine its rows were recorded on."""
+    labels = {_ablation_label(r) for r in rows}
+    if len(labels) != 1:
+        raise ValueError(f"one kernel's rows at a time, got {sorted(labels)}")
+    label = labels.pop()
+    if doc is None:
+        return {"kind": "native_ablation", "machine": machine, "runs": {label: machine}, "rows": list(rows)}
+    if doc.get("kind") != "native_ablation":
+        raise ValueError(f"not an ablation document (kind {doc.get('kind')!r})")
+    runs = dict(doc.get("runs") or {"wgmma": doc["machine"]})  # (the first recordings: v4 only)
+    runs[label] = machine
+    kept = [r for r in doc["rows"] if _ablation_label(r) != label]
+    return {"kind": "native_ablation", "machine": machine, "runs": runs, "rows": kept + list(rows)}
+
+
 def save(path: str | Path, kind: str, payload: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -441,7 +480,7 @@ def save(path: str | Path, kind: str, payload: dict) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m specdiag.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "ablate"], help="ablate: time the wgmma kernel with each stage left out (one shape under ncu: python -m specdiag.probes.workloads native)")
+    ap.add_argument("mode", choices=["check", "sweep", "ceilings", "tune", "ablate"], help="ablate: time a Hopper kernel (--impl) with each stage left out (one shape under ncu: python -m specdiag.probes.workloads native)")
     ap.add_argument("--contexts", default=None, help="comma-separated prefix lengths (default: the full sweep)")
     ap.add_argument("--heads", default=None, help="comma-separated head counts")
     ap.add_argument("--trees", default=None, help="comma-separated tree sizes (nodes, root included)")
@@ -449,9 +488,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument("--impls", default="native,native_ps1,triton,torch", help=f"sweep: any of {', '.join(SWEEP_IMPLS)}")
-    ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check, ablate: which native kernel (ablate: wgmma unless wgmma_ws)")
+    ap.add_argument("--impl", default="mma", choices=list(IMPLS), help="check, ablate: which native kernel (ablate: wgmma, wgmma_ws or wgmma_seesaw; the default mma means wgmma there)")
     ap.add_argument("--tma", action="store_true", help="check, ablate: the wgmma kernel with contiguous tiles loaded by TMA")
     ap.add_argument("--lookahead", type=int, choices=[1, 2], default=None, help="check, ablate: the wgmma_ws kernel's Q K^T lookahead")
+    ap.add_argument("--append", action="store_true", help="ablate: merge into an existing --out file (this kernel's rows replace its earlier ones)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to recorded data in data/)", file=sys.stderr)
@@ -468,7 +508,12 @@ def main(argv=None) -> int:
         save(a.out, "native_tune", {"rows": tune(rep_ms=a.rep_ms)})
         return 0
     if a.mode == "ablate":
-        save(a.out, "native_ablation", {"rows": ablate(tma=a.tma, impl=a.impl if a.impl != "mma" else "wgmma", lookahead=a.lookahead or 1)})
+        rows = ablate(tma=a.tma, impl="wgmma" if a.impl == "mma" else a.impl, lookahead=a.lookahead or 1)
+        out = Path(a.out)
+        if a.append and out.is_file():  # this kernel's rows replace its earlier ones; the others stay
+            out.write_text(json.dumps(merge_ablation(json.loads(out.read_text()), rows, machine_metadata()), indent=1, default=float))
+        else:
+            save(out, "native_ablation", {"runs": {_ablation_label(rows[0]): machine_metadata()}, "rows": rows})
         return 0
     ceilings = measure_ceilings()
     print(ceilings)
