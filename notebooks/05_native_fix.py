@@ -263,7 +263,8 @@ ws64_table
 # the tensor cores waited through the softmax. `kernels/tree_verify_mla_seesaw.cu` follows
 # FlashMLA's "seesaw" schedule with three warpgroups:
 # - two math warpgroups take the tiles in turn, each doing the scores and softmax of its own
-#   tiles; one's softmax runs while the other's Q K^T is on the tensor cores;
+#   tiles. One's softmax runs beside the other's P V and the loads. It does not run beside the
+#   next Q K^T: that waits for the P handed over, so tile t's stage frees early (section 8);
 # - each keeps half of O (128 registers per thread) and adds P V for every tile: its own
 #   tile's P from registers, the other's from shared memory;
 # - a third warpgroup issues every load (`setmaxnreg`: 200 registers per math thread, 104 per
@@ -322,16 +323,34 @@ ablation.round(2)
 # - The warp-specialised kernel gives the loads and half of P V to its second warpgroup.
 #   Its bound is then warpgroup 0's Q K^T -> softmax chain with Q K^T one tile ahead. With
 #   two tiles ahead it is the now shallower loads.
-# - The seesaw kernel (7d) overlaps one math warpgroup's softmax with the other's Q K^T, and
-#   starts Q K^T on a tile's first third. It still takes ~4,200 cycles per 64-key tile at the
+# - The seesaw kernel (7d) splits the tiles between two math warpgroups, and starts Q K^T on a
+#   tile's first third. Q K^T (t + 1) still waits for P (t), so one warpgroup's softmax overlaps
+#   only the other's P V and the loads. It still takes ~4,200 cycles per 64-key tile at the
 #   largest shape (at a 1.98 GHz clock), against ~2,200 for the tensor cores alone.
-# - Clock counters inside it put the bound on its loads. Its loader warpgroup is busy ~3,000-3,150
-#   of every ~3,800 cycles issuing a tile's 72 KB, about 23 B per cycle per SM: the L2 -> SM
-#   rate one CTA per SM reached in a pure stream. Every 64-row CTA reads every key tile whole.
+# - Its ablation (`wgmma_seesaw` rows above) shows that no single part is the bound. At 64k,
+#   H=64, T=257, the math alone (no loads) takes 0.91 of the kernel, 1.37x the FLOP floor. The
+#   loads alone take 0.65, 0.97x the floor. Clock counters put its loader warpgroup at
+#   ~3,000-3,150 of every ~3,800 cycles, about 23 B per cycle per SM.
+# - A pure stream with no compute fills each SM at ~26 B per cycle from L2 with two stages of
+#   72 KB, and at ~35 with three. The load mechanism (cp.async, TMA, bulk copies) and cluster
+#   multicast barely change that. A third stage does not fit beside Q in 227 KB.
 #
-# **Measured and not kept:** TMA tile loads (0-7% slower), pairs of CTAs sharing tiles by
-# TMA multicast (20% slower), and a third warpgroup holding Q in registers (its fragments
-# spill under any `setmaxnreg` split ptxas accepts).
+# **Measured and not kept:**
+# - TMA tile loads (0-7% slower).
+# - Pairs of CTAs sharing tiles by TMA multicast (20% slower).
+# - A third warpgroup holding Q in registers (its fragments spill under any `setmaxnreg`
+#   split ptxas accepts).
+# - In the seesaw kernel: Q K^T (t) issued before the other warpgroup's P (t - 1) is waited for
+#   (0.77-0.88x: tile t - 1's stage frees later), and tiles landing in 9 parts instead of 3
+#   (2-7% slower).
+#
+# **Can the issue's 1.2x target be met?** Not at every shape >= 32k with this design:
+# - At 72 rows and 32k the target is 10.7 us. The same call at a 1k prefix already takes
+#   16.6-23.5 us (launches, Q, partials, the 7 us merge). A pure stream of the 32k prefix by
+#   one CTA per SM takes 10.6-11.3 us before any compute.
+# - At >= 520 rows it would need a faster math chain than v8's and near-perfect overlap with
+#   the loads. On its own, v8's math is 1.37x the floor at 64k, H=64, T=257 and 1.51x at 185k,
+#   H=8, T=65. The kernel notes have the numbers.
 #
 # `docs/kernel_notes.md` records each version, its prediction and its outcome. At 4k context
 # and below the small shapes (<= 65 nodes) take 20-40 us, mostly fixed cost.
