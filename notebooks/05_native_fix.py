@@ -341,8 +341,8 @@ ablation.round(2)
 # - A third warpgroup holding Q in registers (its fragments spill under any `setmaxnreg`
 #   split ptxas accepts).
 # - In the seesaw kernel: Q K^T (t) issued before the other warpgroup's P (t - 1) is waited for
-#   (0.77-0.88x: tile t - 1's stage frees later), and tiles landing in 9 parts instead of 3
-#   (2-7% slower).
+#   (0.77-0.88x: tile t - 1's stage frees later; 0.94-0.97x with only its first third ahead),
+#   and tiles landing in 9 parts instead of 3 (2-7% slower).
 #
 # **Can the issue's 1.2x target be met?** Not at every shape >= 32k with this design:
 # - At 72 rows and 32k the target is 10.7 us. The same call at a 1k prefix already takes
