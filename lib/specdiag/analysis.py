@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .attention.inputs import KV_BYTES_PER_TOKEN
+from . import bench
 from .bench import LAYERS
 
 __all__ = ["kv_bytes_per_step", "floor_ms", "bandwidth_gap", "add_roofline", "speedup_table", "INCIDENT"]
@@ -96,8 +97,7 @@ def lookahead_labels(frame, column: str = "impl"):
     wgmma_ws kernel's entry points), so each entry point gets a label of its own."""
     out = frame[column].astype(str).copy()
     if "lookahead" in frame:
-        la = frame.lookahead.dropna()
-        out.loc[la.index] = out.loc[la.index] + "_la" + la.astype(int).astype(str)
+        out[:] = [bench.entry_label(k, la) for k, la in zip(out, frame.lookahead)]
     return out
 
 

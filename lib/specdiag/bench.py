@@ -446,10 +446,15 @@ def ablate(shapes=((65536, 64, 257), (185000, 8, 65), (185000, 8, 9)), rep_ms: f
     return rows
 
 
+def entry_label(kernel: str, lookahead=None) -> str:
+    """A kernel's name with ``_la1`` / ``_la2`` appended where it has a lookahead (the wgmma_ws
+    kernel's two entry points); None or NaN (a pandas gap) is no lookahead."""
+    return kernel if lookahead is None or lookahead != lookahead else f"{kernel}_la{int(lookahead)}"
+
+
 def _ablation_label(row: dict) -> str:
     """The kernel (and ws entry point) an ablation row belongs to: "wgmma", "wgmma_ws_la2", ..."""
-    la = row.get("lookahead")
-    return (row.get("impl") or "wgmma") + (f"_la{int(la)}" if la else "")
+    return entry_label(row.get("impl") or "wgmma", row.get("lookahead"))
 
 
 def merge_ablation(doc: dict | None, rows: list[dict], machine: dict) -> dict:
