@@ -1,18 +1,20 @@
-// Shared by tree_verify_mla.cu (mma.sync) and tree_verify_mla_wgmma.cu (wgmma): which keys a
-// CTA owns, the score masking and online softmax of one thread's two query rows, and the
-// epilogue that writes a split's normalised partial output and its LSE.
+// Shared by every partial kernel: which keys a CTA owns, the score masking, the online softmax of
+// one thread's two query rows, and the epilogue that writes a split's normalised output and LSE.
 //
-// Both kernels hold a warp's scores and outputs in the mma.m16n8k16 / wgmma accumulator order:
-// for 8-column tile n, entries 4n + e (e = 0..3) are (row g, columns 2 t4 and 2 t4 + 1) then
-// (row g + 8, the same columns), with g = lane / 4 and t4 = lane % 4.
+// Scores and outputs are held in the mma.m16n8k16 / wgmma accumulator order: for 8-column tile n,
+// entries 4n + e (e = 0..3) are (row g, columns 2 t4 and 2 t4 + 1) then (row g + 8, the same
+// columns), with g = lane / 4 and t4 = lane % 4.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-namespace tvc {
+#include "tree_verify_params.cuh"
 
-// The keys split `split` of request `b` walks: prefix splits come first (no mask), then tree
-// splits (ancestor mask), in tiles of BN keys.
+namespace tvc {
+using tv::VerifyParams;
+
+// The keys split `split` of request `b` walks: prefix splits first (no mask), then tree splits
+// (ancestor mask), in tiles of BN keys.
 struct SplitWork {
   bool is_tree;
   int kv_len;      // keys of this part (prefix length, or T tree nodes)
@@ -21,28 +23,25 @@ struct SplitWork {
 };
 
 template <int BN>
-__device__ __forceinline__ SplitWork split_work(int split, int b, const int* __restrict__ prefix_lens,
-                                                int n_prefix_splits, int prefix_tiles_per_split, int T,
-                                                int tree_tiles_per_split) {
+__device__ __forceinline__ SplitWork split_work(const VerifyParams& p, int split, int b) {
   SplitWork w;
-  w.is_tree = split >= n_prefix_splits;
+  w.is_tree = split >= p.n_prefix_splits;
   int tile_end;
   if (!w.is_tree) {
-    w.kv_len = prefix_lens[b];
-    w.tile_begin = split * prefix_tiles_per_split;
-    tile_end = min(w.tile_begin + prefix_tiles_per_split, (w.kv_len + BN - 1) / BN);
+    w.kv_len = p.prefix_lens[b];
+    w.tile_begin = split * p.prefix_tiles_per_split;
+    tile_end = min(w.tile_begin + p.prefix_tiles_per_split, (w.kv_len + BN - 1) / BN);
   } else {
-    w.kv_len = T;
-    w.tile_begin = (split - n_prefix_splits) * tree_tiles_per_split;
-    tile_end = min(w.tile_begin + tree_tiles_per_split, (T + BN - 1) / BN);
+    w.kv_len = p.T;
+    w.tile_begin = (split - p.n_prefix_splits) * p.tree_tiles_per_split;
+    tile_end = min(w.tile_begin + p.tree_tiles_per_split, (p.T + BN - 1) / BN);
   }
   w.n_tiles = max(0, tile_end - w.tile_begin);
   return w;
 }
 
-// Row stride (floats) of the partial-S exchange buffers: BN + 8 makes the float2 stores and
-// loads of a half-warp (rows g..g+3, columns 2 t4) hit 32 different banks; with a stride of
-// BN every row starts in bank 0 and the accesses were 8-way conflicts (ncu, H200).
+// Row stride (floats) of the partial-S exchange: BN + 8 puts a half-warp's float2 accesses (rows
+// g..g+3, columns 2 t4) in 32 different banks; a stride of BN made them 8-way conflicts.
 template <int BN>
 __host__ __device__ constexpr int s_stride() { return BN + 8; }
 
@@ -58,86 +57,93 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
 }
 
 // The pool page of prefix key `tok` (clamped into the prefix; 0 for tree keys, which have none).
-__device__ __forceinline__ int key_page(const SplitWork& w, int tok, int b, int page_size, int max_pages,
-                                        const int* __restrict__ page_table) {
+__device__ __forceinline__ int key_page(const VerifyParams& p, const SplitWork& w, int tok, int b) {
   const int tk = tok < w.kv_len ? tok : 0;
-  return w.is_tree ? 0 : __ldg(page_table + (size_t)b * max_pages + tk / page_size);
+  return w.is_tree ? 0 : __ldg(p.page_table + (size_t)b * p.max_pages + tk / p.page_size);
 }
 
-// Where key `tok` of this split's part starts (its first of `D` elements), given its page
-// (key_page), and the cp.async byte count: 16, or 0 past the end (the copy then zero-fills;
-// the row read is a valid one). Tree keys are the request's nodes in order.
-template <int D>
-__device__ __forceinline__ void key_row_in(const SplitWork& w, int tok, int page, int b, int T, int page_size,
-                                           const __nv_bfloat16* __restrict__ kv_pool, const __nv_bfloat16* __restrict__ tree_kv,
-                                           const __nv_bfloat16*& p, int& bytes) {
+// Where key `tok` of this split's part starts, given its page (key_page), and the cp.async byte
+// count: 16, or 0 past the end (the copy then zero-fills from a valid row). Tree keys are the
+// request's nodes in order.
+__device__ __forceinline__ void key_row_in(const VerifyParams& p, const SplitWork& w, int tok, int page, int b,
+                                           const __nv_bfloat16*& src, int& bytes) {
   const bool ok = tok < w.kv_len;
   const int tk = ok ? tok : 0;
-  p = w.is_tree ? tree_kv + ((size_t)b * T + tk) * D : kv_pool + ((size_t)page * page_size + (tk % page_size)) * D;
+  src = w.is_tree ? p.tree_kv + ((size_t)b * p.T + tk) * tv::D
+                  : p.kv_pool + ((size_t)page * p.page_size + (tk % p.page_size)) * tv::D;
   bytes = ok ? 16 : 0;
 }
 
 // key_row_in with the page looked up here.
-template <int D>
-__device__ __forceinline__ void key_row(const SplitWork& w, int tok, int b, int T, int page_size, int max_pages,
-                                        const int* __restrict__ page_table, const __nv_bfloat16* __restrict__ kv_pool,
-                                        const __nv_bfloat16* __restrict__ tree_kv, const __nv_bfloat16*& p, int& bytes) {
-  key_row_in<D>(w, tok, key_page(w, tok, b, page_size, max_pages, page_table), b, T, page_size, kv_pool, tree_kv, p, bytes);
+__device__ __forceinline__ void key_row(const VerifyParams& p, const SplitWork& w, int tok, int b,
+                                        const __nv_bfloat16*& src, int& bytes) {
+  key_row_in(p, w, tok, key_page(p, w, tok, b), b, src, bytes);
 }
 
-// Whether key `tok` of this split's part is visible to global query row `grow`: inside the
-// part, and in the tree an ancestor of (or equal to) the row's node.
-__device__ __forceinline__ bool key_visible(int tok, const SplitWork& w, int grow, int R, int H, int T, int b,
-                                            const uint8_t* __restrict__ tree_mask) {
+// Whether key `tok` of this split's part is visible to query row `grow`: inside the part, and in
+// the tree the row's node or one of its ancestors.
+__device__ __forceinline__ bool key_visible(const VerifyParams& p, int tok, const SplitWork& w, int grow, int b) {
   bool vis = tok < w.kv_len;
   if (w.is_tree && vis) {
-    const int node = min(grow, R - 1) / H;
-    vis = tree_mask[((size_t)b * T + node) * T + tok] != 0;
+    const int node = min(grow, p.R - 1) / p.H;
+    vis = p.tree_mask[((size_t)b * p.T + node) * p.T + tok] != 0;
   }
   return vis;
 }
 
-// s: this thread's share (BN / 2 values) of its warp's full S: s * scale_log2, or -inf where
-// the key is not visible (key_visible). grow0 = global query row of the warp's row 0.
-template <int BN>
-__device__ __forceinline__ void mask_scores(float (&s)[BN / 2], int g, int t4, int tile, const SplitWork& w, int grow0,
-                                            int R, int H, int T, int b, const uint8_t* __restrict__ tree_mask,
-                                            float scale_log2) {
-  const int tok0 = (w.tile_begin + tile) * BN;
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, columns 2 t4 + e % 2
-      const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
-      s[4 * nt + e] = key_visible(tok, w, grow0 + g + (e >> 1) * 8, R, H, T, b, tree_mask) ? s[4 * nt + e] * scale_log2 : -INFINITY;
-    }
+// visible(tok, row) for each of this thread's score slots (row 0 or 1: g or g + 8), with the
+// prefix case (no mask loads) split from the tree case up front, so that the prefix's bounds test
+// compiles to selects rather than a branch per slot.
+template <int BN, class Apply>
+__device__ __forceinline__ void for_each_visible(const VerifyParams& p, const SplitWork& w, int grow0, int b, Apply apply) {
+  if (!w.is_tree) {
+    apply([&](int tok, int) { return tok < w.kv_len; });
+  } else {
+    apply([&](int tok, int rl) { return key_visible(p, tok, w, grow0 + rl, b); });
+  }
 }
 
-// s: this thread's share (BN / 2 values) of its warp's partial S over half the head dims;
-// other: the partner's partial S for the same 16 rows (store_partial_s layout).
-// Leaves s = (mine + other) * scale_log2, or -inf where the key is past the end or, in the
-// tree, not an ancestor of the row's node. grow0 = global query row of the warp's row 0.
+// s: this thread's share (BN / 2 values) of its warp's S -> s * scale_log2, or -inf where the key
+// is not visible. grow0: query row of the warp's row 0.
 template <int BN>
-__device__ __forceinline__ void combine_and_mask(float (&s)[BN / 2], const float* other, int g, int t4, int tile,
-                                                 const SplitWork& w, int grow0, int R, int H, int T, int b,
-                                                 const uint8_t* __restrict__ tree_mask, float scale_log2) {
+__device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN / 2], int g, int t4, int tile,
+                                            const SplitWork& w, int grow0, int b) {
+  const int tok0 = (w.tile_begin + tile) * BN;
+  for_each_visible<BN>(p, w, grow0, b, [&](auto visible) {
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, columns 2 t4 + e % 2
+        const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
+        s[4 * nt + e] = visible(tok, g + (e >> 1) * 8) ? s[4 * nt + e] * p.scale_log2 : -INFINITY;
+      }
+  });
+}
+
+// s: this thread's share of its warp's partial S over half the head dims; other: the partner's
+// (store_partial_s layout). Leaves s = (mine + other) * scale_log2, or -inf where not visible.
+template <int BN>
+__device__ __forceinline__ void combine_and_mask(const VerifyParams& p, float (&s)[BN / 2], const float* other, int g,
+                                                 int t4, int tile, const SplitWork& w, int grow0, int b) {
   constexpr int SS = s_stride<BN>();
   const int tok0 = (w.tile_begin + tile) * BN;
+  for_each_visible<BN>(p, w, grow0, b, [&](auto visible) {
 #pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
+    for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // rows g and g + 8
-      const int rl = g + h * 8;
-      const int col = nt * 8 + 2 * t4;
-      const float2 y = *reinterpret_cast<const float2*>(&other[rl * SS + col]);
+      for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+        const int rl = g + h * 8;
+        const int col = nt * 8 + 2 * t4;
+        const float2 y = *reinterpret_cast<const float2*>(&other[rl * SS + col]);
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int e = 2 * h + c;
-        const float x = (s[4 * nt + e] + (c ? y.y : y.x)) * scale_log2;
-        s[4 * nt + e] = key_visible(tok0 + col + c, w, grow0 + rl, R, H, T, b, tree_mask) ? x : -INFINITY;
+        for (int c = 0; c < 2; ++c) {
+          const int e = 2 * h + c;
+          const float x = (s[4 * nt + e] + (c ? y.y : y.x)) * p.scale_log2;
+          s[4 * nt + e] = visible(tok0 + col + c, rl) ? x : -INFINITY;
+        }
       }
     }
-  }
+  });
 }
 
 // The max over this thread's quad of row r (0: g, 1: g + 8) of a tile's scores.
@@ -163,9 +169,8 @@ __device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use
   return sum;
 }
 
-// Online softmax in the log2 domain over one tile, rows g and g + 8: updates the running max
-// m_r and sum l_r (this thread's columns; the quad's sums are added in the epilogue), turns s
-// into P, and returns the factor the running output of each row must be scaled by.
+// Online softmax in the log2 domain over one tile, rows g and g + 8: updates the running max m_r
+// and this thread's share of the sum l_r, turns s into P, and returns each row's factor for O.
 template <int BN>
 __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2], float (&alpha)[2]) {
 #pragma unroll
@@ -178,13 +183,12 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[
   }
 }
 
-// online_softmax with a lazily moved reference max (FlashAttention-4's conditional rescale): a
-// row's m_r moves only when the tile's max exceeds it by more than `slack` (log2 units), so
-// P = exp2(s - m_r) <= 2^slack and on most tiles of a long prefix alpha = 1. Returns whether
-// any row of the warp moved (warp-uniform): when not, the running output needs no rescale.
-// The result is the same softmax: m_r is only the reference the sums and the LSE are taken to.
+// online_softmax with a lazily moved reference max (FlashAttention-4's conditional rescale): m_r
+// moves only when the tile's max exceeds it by more than `slack` (log2 units), so P <= 2^slack and
+// on most tiles alpha = 1. Returns whether any row of the warp moved (warp-uniform).
 template <int BN>
-__device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2], float (&alpha)[2], float slack) {
+__device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2],
+                                                    float (&alpha)[2], float slack) {
   bool moved = false;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -217,6 +221,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// P of a 16-key step kk as the bf16 A fragments of an m16n8k16 / wgmma (the S accumulator order
+// is the A-fragment order): rows g and g + 8, keys 16 kk + 2 t4 (+1) and 16 kk + 8 + 2 t4 (+1).
+template <int N>
+__device__ __forceinline__ void pack_p(uint32_t (&a)[4], const float (&s)[N], int kk) {
+  a[0] = pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+  a[1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+  a[2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+  a[3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+}
+
 // The whole row sums of rows g and g + 8 from this thread's share (the quad holds a row).
 __device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
 #pragma unroll
@@ -228,52 +242,34 @@ __device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
   }
 }
 
-// The warp-specialised kernels' hand-over of rows r and r + 8's final max and whole sum from
-// the warpgroup that ran the softmax (put, one thread of the quad) to the other one (get).
-__device__ __forceinline__ void put_row_stats(float* s_m, float* s_l, const float (&m_r)[2], const float (&l_r)[2], int r) {
-  s_m[r] = m_r[0];
-  s_m[r + 8] = m_r[1];
-  s_l[r] = l_r[0];
-  s_l[r + 8] = l_r[1];
-}
-__device__ __forceinline__ void get_row_stats(const float* s_m, const float* s_l, float (&m_r)[2], float (&l_r)[2], int r) {
-  m_r[0] = s_m[r];
-  m_r[1] = s_m[r + 8];
-  l_r[0] = s_l[r];
-  l_r[1] = s_l[r + 8];
-}
-
-// Epilogue with whole row sums l_r (quad_sum_rows): O / l for rows grow0 + g and grow0 + g + 8
-// (columns col0 + 8 i + 2 t4, +1) into o_part[b][split][row], and lse = (m + log2 l) ln 2 from
-// the thread with write_lse.
+// Epilogue with whole row sums l_r: O / l of rows grow0 + g and grow0 + g + 8 (columns col0 + 8 i
+// + 2 t4, +1) into o_part[b][split][row], and lse = (m + log2 l) ln 2 from the thread with write_lse.
 template <int NO>
-__device__ __forceinline__ void write_partial_rows(const float (&o)[NO], const float (&m_r)[2], const float (&l_r)[2],
-                                                   float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
-                                                   int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
-                                                   int DV) {
+__device__ __forceinline__ void write_partial_rows(const VerifyParams& p, const float (&o)[NO], const float (&m_r)[2],
+                                                   const float (&l_r)[2], int b, int split, int grow0, int g, int t4,
+                                                   int col0, bool write_lse) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int grow = grow0 + g + r * 8;
-    if (grow >= R) continue;
+    if (grow >= p.R) continue;
     const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
-    float* dst = o_part + (((size_t)b * NS + split) * R + grow) * DV + col0 + 2 * t4;
+    float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * tv::DV + col0 + 2 * t4;
 #pragma unroll
     for (int i = 0; i < NO / 4; ++i)
       *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
     if (write_lse && t4 == 0)
-      lse_part[((size_t)b * NS + split) * R + grow] =
+      p.lse_part[((size_t)b * p.NS + split) * p.R + grow] =
           l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
   }
 }
 
-// Epilogue from this thread's share of the row sums (the kernels whose threads all hold m and l).
+// Epilogue from this thread's share of the row sums (kernels whose threads all hold m and l).
 template <int NO>
-__device__ __forceinline__ void write_partial(const float (&o)[NO], const float (&m_r)[2], float (&l_r)[2],
-                                              float* __restrict__ o_part, float* __restrict__ lse_part, int b, int NS,
-                                              int split, int R, int grow0, int g, int t4, int col0, bool write_lse,
-                                              int DV) {
+__device__ __forceinline__ void write_partial(const VerifyParams& p, const float (&o)[NO], const float (&m_r)[2],
+                                              float (&l_r)[2], int b, int split, int grow0, int g, int t4, int col0,
+                                              bool write_lse) {
   quad_sum_rows(l_r);
-  write_partial_rows(o, m_r, l_r, o_part, lse_part, b, NS, split, R, grow0, g, t4, col0, write_lse, DV);
+  write_partial_rows(p, o, m_r, l_r, b, split, grow0, g, t4, col0, write_lse);
 }
 
 }  // namespace tvc

@@ -73,15 +73,24 @@ models_dir = data.data_dir() / "models" if models_dir is None else Path(models_d
 target, drafter = load_models(models_dir, dev)
 log = json.loads((models_dir / "train_log.json").read_text())
 stages = training_stages(log)
-print(f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.2f} M params, trained at "
-      + ", then ".join(f"{st['length']:,} tokens ({st['steps']} steps, final loss {st['final_loss']:.3f})" for st in stages if st["model"].startswith("target"))
-      + f"; YaRN reference length {target.cfg.train_len:,}")
+print(
+    f"target: {sum(p.numel() for p in target.parameters()) / 1e6:.2f} M params, trained at "
+    + ", then ".join(
+        f"{st['length']:,} tokens ({st['steps']} steps, final loss {st['final_loss']:.3f})"
+        for st in stages
+        if st["model"].startswith("target")
+    )
+    + f"; YaRN reference length {target.cfg.train_len:,}"
+)
 drafters = specdec.drafters_of(drafter)  # block, and the same encoder drafting on its own
 for st in stages:
     if st["model"].startswith("drafter"):
         what = "block head (encoder frozen)" if st["model"] == "drafter_block" else "encoder (LM)"
         print(f"drafter {what}: {st['length']:,}-token slices, {st['steps']} steps, final loss {st['final_loss']:.3f}")
-print(f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f} M params, window {drafter.window}, block {drafter.cfg.block}; drafting: {', '.join(drafters)}")
+print(
+    f"drafter: {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f} M params, window "
+    f"{drafter.window}, block {drafter.cfg.block}; drafting: {', '.join(drafters)}"
+)
 print("trained on:", data.describe_machine(log.get("machine", {})) or log.get("device"))
 
 # %% [markdown]
@@ -95,26 +104,35 @@ for kind in ("predictable", "prose"):
     plain = specdec.greedy_generate(target, p, 32)
     for name, d in drafters.items():
         spec = specdec.speculative_generate(target, d, p, 32, budget=budget)
-        print(f"{name:>14} drafter, {kind:>11} @ {ctx_live}: identical to greedy: {spec.tokens == plain}; commit lengths {spec.commit_lengths}")
+        print(
+            f"{name:>14} drafter, {kind:>11} @ {ctx_live}: identical to greedy: "
+            f"{spec.tokens == plain}; commit lengths {spec.commit_lengths}"
+        )
         assert spec.tokens == plain
 
 # %% [markdown]
 # ## 2. The sweep: commit length vs context, healthy and with each fault
 
 # %%
-source = data.choose_source(measure)
-if source == "measure":
-    contexts = (1024, 4096) if smoke else (1024, 16384, 65536, 131072)
-    rows = [r for d in drafters.values() for r in specdec.validation_sweep(target, d, contexts=contexts, new_tokens=16 if smoke else new_tokens, budget=budget)]
-else:
-    doc = data.load_json(validation_file)
-    rows = doc["rows"]
-    print("no GPU here (or measure='never'): using recorded data/" + validation_file)
-    print("recorded on:", data.describe_machine(doc["machine"]))
+contexts = (1024, 4096) if smoke else (1024, 16384, 65536, 131072)
+
+
+def run_sweep():
+    rows = [
+        r
+        for d in drafters.values()
+        for r in specdec.validation_sweep(
+            target, d, contexts=contexts, new_tokens=16 if smoke else new_tokens, budget=budget
+        )
+    ]
+    accuracy = [r for d in drafters.values() for r in specdec.continuation_accuracy(target, d, contexts=contexts)]
+    return {"rows": rows, "accuracy": accuracy}
+
+
+doc = data.measure_or_load(measure, validation_file, run_sweep)
+if doc["source"] == "recorded":
     print("lossless checks recorded there:", doc.get("lossless"))
-df = pd.DataFrame(rows)
-if "drafter" not in df:  # records from before the block drafter: autoregressive only
-    df["drafter"] = "autoregressive"
+df = pd.DataFrame(doc["rows"])
 table = df.pivot_table(index=["drafter", "text", "fault"], columns="context", values="mean_commit", sort=False).round(2)
 table
 
@@ -144,13 +162,7 @@ fig.tight_layout()
 # its one pass (`drafter_block_acc`).
 
 # %%
-if source == "measure":
-    acc_rows = [r for d in drafters.values() for r in specdec.continuation_accuracy(target, d, contexts=contexts)]
-else:
-    acc_rows = doc["accuracy"]  # recorded in the same run as the sweep
-acc = pd.DataFrame(acc_rows)
-if "drafter" not in acc:
-    acc["drafter"] = "autoregressive"
+acc = pd.DataFrame(doc["accuracy"])  # recorded in the same run as the sweep
 values = ["target_acc", "drafter_acc"] + (["drafter_block_acc"] if "drafter_block_acc" in acc else []) + ["agreement"]
 acc.pivot_table(index=["drafter", "context"], columns="text", values=values, sort=False).round(3)
 

@@ -40,16 +40,16 @@ import pandas as pd
 from specdiag import data
 from specdiag.probes import nvml
 
-source = data.choose_source(measure)
-if source == "measure":
+
+def run_probes():
     from specdiag.probes.study import collect
 
-    doc = collect(seconds=1.0 if smoke else seconds, period_s=period_s, context=32768 if smoke else 131072, ncu=not smoke)
-    print("measured now on:", data.describe_machine(doc["machine"]))
-else:
-    doc = data.load_json(probes_file)
-    print("no GPU here (or measure='never'): using recorded data/" + probes_file)
-    print("recorded on:", data.describe_machine(doc["machine"]))
+    return collect(
+        seconds=1.0 if smoke else seconds, period_s=period_s, context=32768 if smoke else 131072, ncu=not smoke
+    )
+
+
+doc = data.measure_or_load(measure, probes_file, run_probes)
 for msg in doc.get("unsupported", []):
     print("note:", msg)
 samples = nvml.mask_stale_gpm(pd.DataFrame(doc["samples"]))
@@ -62,7 +62,18 @@ summary = nvml.summarize(samples)
 # occupancy, tensor-pipe activity and DRAM bandwidth, each in % of peak.
 
 # %%
-cols = ["phase", "util_gpu_pct", "gpm_sm_util", "gpm_sm_occupancy", "gpm_any_tensor_util", "gpm_dram_bw_util", "util_mem_pct", "power_w", "power_pct_limit", "sm_clock_mhz"]
+cols = [
+    "phase",
+    "util_gpu_pct",
+    "gpm_sm_util",
+    "gpm_sm_occupancy",
+    "gpm_any_tensor_util",
+    "gpm_dram_bw_util",
+    "util_mem_pct",
+    "power_w",
+    "power_pct_limit",
+    "sm_clock_mhz",
+]
 table = summary[[c for c in cols if c in summary]].round(1)
 table
 
@@ -82,11 +93,19 @@ for name, recs in doc.get("ncu", {}).items():
         rows.append({"workload": name, "error": recs["error"][:200]})
         continue
     for r in recs:
-        rows.append({"workload": name, "kernel": r.get("Kernel Name", "")[:40], "grid": r.get("Grid Size"), "block": r.get("Block Size"),
-                     "time_ms": (r.get("gpu__time_duration.sum") or float("nan")) / 1e6,
-                     "tensor_pipe_frac": r.get("tensor_pipe_frac"), "tensor_pct_of_peak": r.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
-                     "dram_pct": r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-                     "warps_active_pct": r.get("sm__warps_active.avg.pct_of_peak_sustained_active")})
+        rows.append(
+            {
+                "workload": name,
+                "kernel": r.get("Kernel Name", "")[:40],
+                "grid": r.get("Grid Size"),
+                "block": r.get("Block Size"),
+                "time_ms": (r.get("gpu__time_duration.sum") or float("nan")) / 1e6,
+                "tensor_pipe_frac": r.get("tensor_pipe_frac"),
+                "tensor_pct_of_peak": r.get("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+                "dram_pct": r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+                "warps_active_pct": r.get("sm__warps_active.avg.pct_of_peak_sustained_active"),
+            }
+        )
 ncu_table = pd.DataFrame(rows)
 ncu_table
 

@@ -32,22 +32,27 @@ nodes = 9  # tree nodes incl. root (budget 8)
 # %%
 import pandas as pd
 
-from specdiag import analysis, bench, data, plots
+from specdiag import analysis, data, plots
 
-source = data.choose_source(measure)
-if source == "measure":
-    contexts = (4096, 32768) if smoke else bench.SWEEP_CONTEXTS
-    ceilings = bench.measure_ceilings()
-    rows = bench.context_sweep(contexts=contexts, heads=(heads,), trees=(nodes,), impls=("triton", "native"), rep_ms=20 if smoke else 60)
-    doc = {"machine": bench.machine_metadata(), "ceilings": ceilings, "rows": rows}
-    print("measured now on:", data.describe_machine(doc["machine"]))
-else:
-    doc = data.load_json(sweep_file)
-    print("no GPU here (or measure='never'): using recorded data/" + sweep_file)
-    print("recorded on:", data.describe_machine(doc["machine"]))
+
+def run_sweep():
+    from specdiag.bench import timing
+
+    contexts = (4096, 32768) if smoke else timing.SWEEP_CONTEXTS
+    ceilings = timing.measure_ceilings()
+    rows = timing.context_sweep(
+        contexts=contexts, heads=(heads,), trees=(nodes,), impls=("triton", "native_auto"), rep_ms=20 if smoke else 60
+    )
+    return {"ceilings": ceilings, "rows": rows}
+
+
+doc = data.measure_or_load(measure, sweep_file, run_sweep)
 ceilings = doc["ceilings"]
-df = analysis.add_roofline(data.sweep_frame(doc), ceilings)
-print(f"ceilings measured in the same run: copy {ceilings['copy_tb_s']:.2f} TB/s (read+write), bf16 GEMM {ceilings['gemm_tflop_s']:.0f} TFLOP/s")
+df = analysis.with_auto(analysis.add_roofline(data.sweep_frame(doc), ceilings))  # "native_auto": what impl="auto" runs
+print(
+    f"ceilings measured in the same run: copy {ceilings['copy_tb_s']:.2f} "
+    f"TB/s (read+write), bf16 GEMM {ceilings['gemm_tflop_s']:.0f} TFLOP/s"
+)
 
 # %% [markdown]
 # ## The floor: bytes per step
@@ -56,7 +61,9 @@ print(f"ceilings measured in the same run: copy {ceilings['copy_tb_s']:.2f} TB/s
 
 # %%
 inc = analysis.INCIDENT
-floor = pd.DataFrame([analysis.bandwidth_gap(c, inc["step_ms"][c], ceilings["copy_tb_s"]) for c in sorted(inc["step_ms"])])
+floor = pd.DataFrame(
+    [analysis.bandwidth_gap(c, inc["step_ms"][c], ceilings["copy_tb_s"]) for c in sorted(inc["step_ms"])]
+)
 floor.round(2)
 
 # %% [markdown]
@@ -67,9 +74,14 @@ floor.round(2)
 
 # %%
 g64 = analysis.bandwidth_gap(65536, inc["step_ms"][65536], ceilings["copy_tb_s"])
-print(f"64k: {g64['kv_gb']:.2f} GB/step, floor {g64['floor_ms']:.2f} ms at {ceilings['copy_tb_s']:.2f} TB/s, "
-      f"observed {g64['observed_ms']:.0f} ms -> {g64['gap']:.0f}x above the floor")
-print(f"with the postmortem's quoted floor ({inc['floor_ms_at_64k_quoted']} ms): {inc['step_ms'][65536] / inc['floor_ms_at_64k_quoted']:.0f}x")
+print(
+    f"64k: {g64['kv_gb']:.2f} GB/step, floor {g64['floor_ms']:.2f} ms at {ceilings['copy_tb_s']:.2f} TB/s, "
+    f"observed {g64['observed_ms']:.0f} ms -> {g64['gap']:.0f}x above the floor"
+)
+print(
+    f"with the postmortem's quoted floor ({inc['floor_ms_at_64k_quoted']} "
+    f"ms): {inc['step_ms'][65536] / inc['floor_ms_at_64k_quoted']:.0f}x"
+)
 
 # %% [markdown]
 # ## Reproducing the slope with the baseline kernel
@@ -78,7 +90,7 @@ print(f"with the postmortem's quoted floor ({inc['floor_ms_at_64k_quoted']} ms):
 # the whole prefix with one gathered token index per key.
 
 # %%
-sel = df[(df.heads == heads) & (df.nodes == nodes) & df.ms.notna()]
+sel = df[(df.heads == heads) & (df.nodes == nodes) & df.ms.notna() & df.impl.isin(["triton", "native_auto"])]
 table = sel.pivot_table(index="context", columns="impl", values="step_ms").round(1)
 table.columns = [f"{c} step ms (x61)" for c in table.columns]
 table

@@ -35,22 +35,27 @@ import pandas as pd
 
 from specdiag import constraints, data
 
-scans = []
-if measure != "never":
-    folders = [*engine_dirs]
-    installed = constraints.find_installed_engine("sglang")
-    if installed:
-        folders.append(str(installed))
-    for f in folders:
-        scans.append(constraints.scan_engine(f))
-        print(f"scanned {f} (version {scans[-1]['version']})")
-if not scans:
-    if measure == "always":
-        raise RuntimeError("measure='always' but no engine source was found: pip install --no-deps --target DIR sglang, then pass engine_dirs")
-    doc = data.load_json(recorded_file)
-    scans = doc["scans"]
-    print("no serving engine installed here: using the recorded scan in data/" + recorded_file)
-    print("recorded", doc["recorded_utc"], "by:", doc["how"])
+installed = constraints.find_installed_engine("sglang")
+folders = [*engine_dirs, *([str(installed)] if installed else [])]
+
+
+def scan():
+    scans = [constraints.scan_engine(f) for f in folders]
+    for f, s in zip(folders, scans):
+        print(f"scanned {f} (version {s['version']})")
+    return {"scans": scans}
+
+
+doc = data.measure_or_load(
+    measure,
+    recorded_file,
+    scan,
+    available=lambda: bool(folders),
+    needs="a serving engine's source (pip install --no-deps --target DIR sglang, then pass engine_dirs)",
+)
+scans = doc["scans"]
+if doc["source"] == "recorded":
+    print("scanned by:", doc["how"])
 
 # %% [markdown]
 # ## 1. Speculative paths that constrain page_size
@@ -61,8 +66,17 @@ rows = []
 for s in scans:
     for c in s["page_size_constraints"]:
         if c["algorithms"] or c["tree_drafts"]:
-            rows.append({"version": s["version"], "algorithms": ", ".join(c["algorithms"]) or "(tree drafts)", "tree drafts": c["tree_drafts"],
-                         "action": c["action"], "where": f"{c['file']}:{c['line']}", "function": c["function"], "condition": c["condition"][:110]})
+            rows.append(
+                {
+                    "version": s["version"],
+                    "algorithms": ", ".join(c["algorithms"]) or "(tree drafts)",
+                    "tree drafts": c["tree_drafts"],
+                    "action": c["action"],
+                    "where": f"{c['file']}:{c['line']}",
+                    "function": c["function"],
+                    "condition": c["condition"][:110],
+                }
+            )
 spec = pd.DataFrame(rows)
 spec
 
@@ -74,8 +88,17 @@ brows = []
 for s in scans:
     for b in s["backends"]:
         if b["accepts_custom_mask"] or b["mla"]:
-            brows.append({"version": s["version"], "backend": b["backend"], "custom mask": b["accepts_custom_mask"], "MLA": b["mla"],
-                          "mask read at": ", ".join(map(str, b["custom_mask_lines"][:4])), "MLA evidence": b["mla_evidence"], "file": b["file"]})
+            brows.append(
+                {
+                    "version": s["version"],
+                    "backend": b["backend"],
+                    "custom mask": b["accepts_custom_mask"],
+                    "MLA": b["mla"],
+                    "mask read at": ", ".join(map(str, b["custom_mask_lines"][:4])),
+                    "MLA evidence": b["mla_evidence"],
+                    "file": b["file"],
+                }
+            )
 backends = pd.DataFrame(brows)
 pivot = backends.pivot_table(index="backend", columns="version", values=["custom mask", "MLA"], aggfunc="first")
 pivot

@@ -1,7 +1,8 @@
 import pandas as pd
 import pytest
 
-from specdiag import analysis, bench, data
+from specdiag import analysis, cost, data
+from specdiag.bench import timing
 
 
 def test_kv_bytes_per_step_matches_the_postmortem():
@@ -19,7 +20,7 @@ def test_bandwidth_gap_arithmetic():
 
 
 def test_attention_cost_counts():
-    c = bench.attention_cost(prefix=1000, nodes=9, heads=8)
+    c = cost.attention_cost(prefix=1000, nodes=9, heads=8)
     rows = 72
     assert c["flops"] == 2 * rows * 1009 * (576 + 512)
     assert c["bytes"] == 1009 * 1152 + rows * 576 * 2 + rows * 512 * 2
@@ -48,46 +49,83 @@ def test_recorded_sweep_has_metadata_and_reproduces_the_story():
     assert (speed.speedup > 1).all()
 
 
-def test_choose_source():
-    assert data.choose_source("never") == "recorded"
-    with pytest.raises(ValueError):
-        data.choose_source("sometimes")
+def test_measure_or_load_follows_the_measure_parameter(capsys):
+    ran = []
+
+    def run():
+        ran.append(1)
+        return {"rows": [1], "machine": {"gpu": "here"}}
+
+    doc = data.measure_or_load("never", "context_sweep_h200.json", run, available=lambda: True)
+    assert doc["source"] == "recorded" and not ran and "data/context_sweep_h200.json" in capsys.readouterr().out
+    doc = data.measure_or_load("auto", "context_sweep_h200.json", run, available=lambda: True)
+    assert doc == {"rows": [1], "machine": {"gpu": "here"}, "source": "measured"} and ran == [1]
+    assert data.measure_or_load("auto", "context_sweep_h200.json", run, available=lambda: False)["source"] == "recorded"
+    with pytest.raises(RuntimeError, match="measure='always' needs an engine"):
+        data.measure_or_load("always", "x.json", run, available=lambda: False, needs="an engine")
+    with pytest.raises(ValueError, match="measure must be one of"):
+        data.measure_or_load("sometimes", "x.json", run)
 
 
 def test_speedup_table_joins_on_shape():
-    df = pd.DataFrame([
-        dict(impl="triton", context=1, heads=8, nodes=9, ms=10.0),
-        dict(impl="native", context=1, heads=8, nodes=9, ms=2.0),
-        dict(impl="native", context=2, heads=8, nodes=9, ms=2.0),
-    ])
+    df = pd.DataFrame(
+        [
+            dict(impl="triton", context=1, heads=8, nodes=9, ms=10.0),
+            dict(impl="native", context=1, heads=8, nodes=9, ms=2.0),
+            dict(impl="native", context=2, heads=8, nodes=9, ms=2.0),
+        ]
+    )
     t = analysis.speedup_table(df)
     assert len(t) == 1 and t.speedup.iloc[0] == 5.0
 
 
-
 def test_speedup_range_reports_long_and_all_contexts():
-    df = pd.DataFrame([dict(impl=i, context=c, heads=8, nodes=9, ms=ms) for i, c, ms in [
-        ("a", 4096, 1.0), ("b", 4096, 2.0), ("a", 65536, 9.0), ("b", 65536, 3.0), ("a", 131072, 8.0), ("b", 131072, 2.0)]])
-    assert analysis.speedup_range(df, "a", "b", "b over a") == "b over a: 3.00x to 4.00x at >= 32k (all contexts: 0.50x to 4.00x)"
-    assert analysis.speedup_range(df[df.context < 32768], "a", "b", "x") == "x: no contexts >= 32k (all contexts: 0.50x to 0.50x)"
+    df = pd.DataFrame(
+        [
+            dict(impl=i, context=c, heads=8, nodes=9, ms=ms)
+            for i, c, ms in [
+                ("a", 4096, 1.0),
+                ("b", 4096, 2.0),
+                ("a", 65536, 9.0),
+                ("b", 65536, 3.0),
+                ("a", 131072, 8.0),
+                ("b", 131072, 2.0),
+            ]
+        ]
+    )
+    assert (
+        analysis.speedup_range(df, "a", "b", "b over a")
+        == "b over a: 3.00x to 4.00x at >= 32k (all contexts: 0.50x to 4.00x)"
+    )
+    assert (
+        analysis.speedup_range(df[df.context < 32768], "a", "b", "x")
+        == "x: no contexts >= 32k (all contexts: 0.50x to 0.50x)"
+    )
     assert analysis.speedup_range(df, "a", "c", "c over a") == "c over a: not measured here (a or c missing)"
 
 
-def test_lookahead_labels_name_each_ws_entry_point():
-    df = pd.DataFrame([dict(impl="wgmma", lookahead=None), dict(impl="wgmma_ws", lookahead=1.0), dict(impl="wgmma_ws", lookahead=2.0)])
-    assert list(analysis.lookahead_labels(df)) == ["wgmma", "wgmma_ws_la1", "wgmma_ws_la2"]
-    assert list(analysis.lookahead_labels(pd.DataFrame([dict(impl="mma")]))) == ["mma"]  # no lookahead column
-
 def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     with pytest.raises(ValueError, match="native_foo"):
-        bench.context_sweep(contexts=(1024,), impls=("native", "native_foo"))
-    assert {k for k, (kernel, _) in bench.SWEEP_IMPLS.items() if kernel} == {"native", "native_ps1", "native_wgmma", "native_wgmma_ps1", "native_wgmma_tma", "native_ws", "native_ws_ps1", "native_ws_la1", "native_ws_la2", "native_ws64", "native_ws64_ps1", "native_seesaw", "native_seesaw_ps1", "native_t", "native_t_ps1"}
-    assert all(ps == 1 for k, (_, ps) in bench.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
+        timing.context_sweep(contexts=(1024,), impls=("native", "native_foo"))
+    native = {k for k, (kernel, _) in timing.SWEEP_IMPLS.items() if kernel}
+    assert native == {
+        "native",
+        "native_ps1",
+        "native_wgmma",
+        "native_wgmma_ps1",
+        "native_seesaw",
+        "native_seesaw_ps1",
+        "native_auto",
+        "native_auto_ps1",
+    }
+    assert all(ps == 1 for k, (_, ps) in timing.SWEEP_IMPLS.items() if k.endswith("_ps1") or k in ("triton", "torch"))
 
 
 def test_bench_cli_needs_out_and_the_profiling_workload_refuses_unknown_kernels():
+    from specdiag.bench.__main__ import main
+
     with pytest.raises(SystemExit) as e:
-        bench.main(["sweep", "--quick"])
+        main(["sweep", "--quick"])
     assert e.value.code == 2
     from specdiag.probes import workloads
 
@@ -100,22 +138,31 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
     import pandas as pd
 
     rows = []
-    for ctx, h, t in [(16384, 8, 9), (32768, 8, 9), (32768, 8, 5), (65536, 8, 5), (185000, 8, 65), (2048, 64, 9), (1024, 8, 257)]:
-        for impl, ms in (("native_wgmma", 3.0), ("native_ws", 2.5), ("native_ws64", 2.2), ("native_seesaw", 2.0), ("native_t", 1.0), ("triton", 9.0)):
+    for ctx, h, t in [
+        (16384, 8, 9),
+        (32768, 8, 9),
+        (32768, 8, 5),
+        (65536, 8, 5),
+        (185000, 8, 65),
+        (2048, 64, 9),
+        (1024, 8, 257),
+    ]:
+        for impl, ms in (("native_wgmma", 3.0), ("native_seesaw", 2.0), ("native", 1.0), ("triton", 9.0)):
             rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=ms * ctx))
     df = pd.DataFrame(rows)
     out = analysis.with_auto(df)
     auto = out[out.impl == "native_auto"].set_index(["context", "heads", "nodes"])
     assert len(auto) == 7 and len(out) == len(df) + 7
-    assert auto.loc[(16384, 8, 9), "auto_kernel"] == "native_wgmma"  # 72 rows below a 32k prefix
-    assert auto.loc[(32768, 8, 9), "auto_kernel"] == "native_seesaw"
-    assert auto.loc[(32768, 8, 5), "auto_kernel"] == "native_wgmma"  # 40 rows: wgmma_seesaw from 64k only
-    assert auto.loc[(65536, 8, 5), "auto_kernel"] == "native_seesaw"
-    assert auto.loc[(185000, 8, 65), "auto_kernel"] == "native_seesaw"
-    assert auto.loc[(2048, 64, 9), "auto_kernel"] == "native_wgmma"  # 576 rows below 4k
-    assert auto.loc[(1024, 8, 257), "auto_kernel"] == "native_seesaw"  # 2056 rows: at any prefix
+    assert auto.loc[(16384, 8, 9), "kernel"] == "wgmma"  # 72 rows below a 32k prefix
+    assert auto.loc[(32768, 8, 9), "kernel"] == "wgmma_seesaw"
+    assert auto.loc[(32768, 8, 5), "kernel"] == "wgmma"  # 40 rows: wgmma_seesaw from 64k only
+    assert auto.loc[(65536, 8, 5), "kernel"] == "wgmma_seesaw"
+    assert auto.loc[(185000, 8, 65), "kernel"] == "wgmma_seesaw"
+    assert auto.loc[(2048, 64, 9), "kernel"] == "wgmma"  # 576 rows below 4k
+    assert auto.loc[(1024, 8, 257), "kernel"] == "wgmma_seesaw"  # 2056 rows: at any prefix
     assert auto.loc[(185000, 8, 65), "ms"] == 2.0 * 185000  # the picked kernel's own measurement
     assert analysis.with_auto(df[df.impl == "triton"]).equals(df[df.impl == "triton"])  # nothing to pick from
+    assert analysis.with_auto(out).equals(out)  # a frame that has measured auto rows keeps them
 
 
 def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
@@ -124,21 +171,8 @@ def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
     doc = data.load_json("context_sweep_h200.json")
     df = analysis.with_auto(analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"]))
     row = df[(df.impl == "native_auto") & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0]
-    assert row.auto_kernel == "native_seesaw"
-    for other in ("native_ws", "native_ws64", "native_t", "native_wgmma"):  # the sweep's other Hopper kernels at that shape
-        assert row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms, other
-
-
-def test_kernel_step_compares_a_version_with_the_one_before():
-    import pandas as pd
-
-    rows = [dict(impl=i, context=c, heads=8, nodes=9, ms=ms) for c in (4096, 65536)
-            for i, ms in (("native_ws64", 2.0), ("native_seesaw", 1.6 if c > 4096 else 2.5), ("native_seesaw_ps1", 1.7))]
-    lines, table = analysis.kernel_step(pd.DataFrame(rows), "native_ws64", "native_seesaw", "seesaw over ws64", 65536)
-    assert lines[0] == "seesaw over ws64: 1.25x to 1.25x at >= 32k (all contexts: 0.80x to 1.25x)"
-    assert lines[1].startswith("native_seesaw, page_size=1 / page_size=64 time: 1.06x to 1.06x at >= 32k")  # 1.7 / 1.6
-    assert list(table.context) == [65536] and table.speedup.iloc[0] == 1.25
-    lines, table = analysis.kernel_step(pd.DataFrame(rows), "native_ws64", "native_t", "t over ws64", 65536)
-    assert table is None and lines == ["no native_t measurements here (not an sm_90 GPU, or an older recording)"]
-    lines, _ = analysis.kernel_step(pd.DataFrame(rows[:2]), "native_ws64", "native_seesaw", "no ps1", 65536)
-    assert len(lines) == 1  # no page_size=1 run of the new kernel: no second line
+    assert row.kernel == "wgmma_seesaw"
+    for other in ("native_wgmma", "native"):  # the other kernels at that shape
+        assert (
+            row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms
+        ), other

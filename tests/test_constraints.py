@@ -16,7 +16,10 @@ def write(root, rel, src):
 @pytest.fixture
 def engine(tmp_path):
     root = tmp_path / "fakeengine"
-    write(root, "server_args.py", '''
+    write(
+        root,
+        "server_args.py",
+        """
         class ServerArgs:
             def __post_init__(self):
                 if self.speculative_algorithm == "DDTREE":
@@ -27,40 +30,65 @@ def engine(tmp_path):
                         self.page_size = 1
                 if self.page_size == 1:
                     print("unrelated")
-    ''')
-    write(root, "hooks.py", '''
+    """,
+    )
+    write(
+        root,
+        "hooks.py",
+        """
         def _handle_ngram(cfg):
             if cfg.topk > 1 and cfg.page_size > 1:
                 raise ValueError("unstable")
-    ''')
-    write(root, "layers/attention/tree_mla_backend.py", '''
+    """,
+    )
+    write(
+        root,
+        "layers/attention/tree_mla_backend.py",
+        """
         class TreeMLABackend:
             def forward_extend(self, q, k, v, custom_mask=None):
                 return run(q, k, v, mask=custom_mask)
-    ''')
-    write(root, "layers/attention/triton_backend.py", '''
+    """,
+    )
+    write(
+        root,
+        "layers/attention/triton_backend.py",
+        """
         class TritonBackend:
             def __init__(self, cfg):
                 self.use_mla = cfg.kv_lora_rank > 0
             def forward_extend(self, batch):
                 mask = batch.spec_info.custom_mask
-    ''')
-    write(root, "layers/attention/fastdecode_backend.py", '''
+    """,
+    )
+    write(
+        root,
+        "layers/attention/fastdecode_backend.py",
+        """
         class FastDecode:
             def forward_decode(self, q, k_cache):
                 return q
-    ''')
-    write(root, "model_runner.py", '''
+    """,
+    )
+    write(
+        root,
+        "model_runner.py",
+        """
         def check(self, args):
             if self.use_mla_backend:
                 if args.attention_backend in ["fastdecode", "fa3"]:
                     pass
-    ''')
-    write(root, "tests/test_x.py", '''
+    """,
+    )
+    write(
+        root,
+        "tests/test_x.py",
+        """
         def test_():
             if page_size != 1:
                 raise ValueError("EAGLE in tests")
-    ''')
+    """,
+    )
     write(root, "broken.py", "def (:\n")  # unparsable files are skipped
     return root
 
@@ -82,13 +110,18 @@ def test_page_size_constraints_found_with_algorithms(engine):
 
 def test_backends_mask_and_mla(engine):
     rows = {b.backend: b for b in constraints.backend_masks(engine)}
-    assert rows["tree_mla"].accepts_custom_mask and rows["tree_mla"].mla and rows["tree_mla"].mla_evidence == "file name"
+    assert (
+        rows["tree_mla"].accepts_custom_mask and rows["tree_mla"].mla and rows["tree_mla"].mla_evidence == "file name"
+    )
     assert rows["triton"].accepts_custom_mask and rows["triton"].mla and "kv_lora_rank" in rows["triton"].mla_evidence
     assert rows["triton"].custom_mask_lines == [6]
     assert not rows["fastdecode"].accepts_custom_mask
     # the engine's own list of valid MLA backends counts as evidence
     assert rows["fastdecode"].mla and rows["fastdecode"].mla_evidence == "listed as an MLA backend at model_runner.py:4"
-    assert constraints.declared_mla_backends(engine) == {"fastdecode": "model_runner.py:4", "flashattention": "model_runner.py:4"}
+    assert constraints.declared_mla_backends(engine) == {
+        "fastdecode": "model_runner.py:4",
+        "flashattention": "model_runner.py:4",
+    }
 
 
 def test_engine_without_constraints(tmp_path):

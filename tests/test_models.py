@@ -8,8 +8,25 @@ import torch
 
 from specdiag.models import specdec
 from specdiag.models.corpus import MarkovProse, repeated, training_batch
-from specdiag.models.lm import BlockDrafter, Drafter, DrafterConfig, KVCache, LMConfig, TargetLM, block_targets, yarn_inv_freq
-from specdiag.models.train import TrainSettings, extend_target, load_models, save_model, train, train_block_head, training_stages
+from specdiag.models.lm import (
+    BlockDrafter,
+    Drafter,
+    DrafterConfig,
+    KVCache,
+    LMConfig,
+    TargetLM,
+    block_targets,
+    yarn_inv_freq,
+)
+from specdiag.models.train import (
+    TrainSettings,
+    extend_target,
+    load_models,
+    save_model,
+    train,
+    train_block_head,
+    training_stages,
+)
 
 
 def test_yarn_keeps_high_and_interpolates_low_frequencies():
@@ -76,7 +93,9 @@ def test_drafter_cache_and_draft_match_its_training_forward():
 
 def _tiny_block_drafter(seed=0, window=16, block=4):
     torch.manual_seed(seed)
-    return BlockDrafter(DrafterConfig(vocab=32, dim=64, layers=2, heads=4, ffn=128, block=block, window=window, train_len=64)).eval()
+    return BlockDrafter(
+        DrafterConfig(vocab=32, dim=64, layers=2, heads=4, ffn=128, block=block, window=window, train_len=64)
+    ).eval()
 
 
 def test_block_targets():
@@ -103,7 +122,9 @@ def test_block_drafter_drafts_in_one_pass_matching_its_training_forward(monkeypa
     want = torch.log_softmax(d.block_logits(win[None])[0, -1].float(), -1)  # the last row drafts all 4 positions
     assert torch.allclose(lp, want, atol=1e-5)
     d.extend_cache(torch.randint(0, 32, (10,)), 116, cache)
-    assert cache.length == 16 and cache.feats.shape[0] == 16 and cache.tokens.shape[0] == 16  # the window, features included
+    assert (
+        cache.length == 16 and cache.feats.shape[0] == 16 and cache.tokens.shape[0] == 16
+    )  # the window, features included
     with pytest.raises(ValueError, match="empty"):
         d.draft(0, KVCache(2))
 
@@ -156,7 +177,12 @@ def test_block_drafter_autoregressive_view():
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     out = tmp_path_factory.mktemp("models")
-    train(out, TrainSettings(target_steps=15, drafter_steps=15, block_steps=15, batch=4, length=160, pool=16), device="cpu", progress=lambda *_: None)
+    train(
+        out,
+        TrainSettings(target_steps=15, drafter_steps=15, block_steps=15, batch=4, length=160, pool=16),
+        device="cpu",
+        progress=lambda *_: None,
+    )
     # float64: a barely trained model has near-tied logits, and exact-equality checks must not
     # depend on float32 rounding differences between a tree pass and a one-token pass
     return tuple(m.double() for m in load_models(out))
@@ -199,7 +225,12 @@ def test_perfect_drafter_commits_whole_blocks(tiny_models, monkeypatch):
 
 
 def test_saved_weights_are_small_and_reload(tmp_path):
-    train(tmp_path, TrainSettings(target_steps=1, drafter_steps=1, block_steps=1, batch=2, length=150, pool=4), device="cpu", progress=lambda *_: None)
+    train(
+        tmp_path,
+        TrainSettings(target_steps=1, drafter_steps=1, block_steps=1, batch=2, length=150, pool=4),
+        device="cpu",
+        progress=lambda *_: None,
+    )
     sizes = [p.stat().st_size for p in tmp_path.glob("*.pt")]
     assert len(sizes) == 2 and max(sizes) < 4_000_000
     t, d = load_models(tmp_path)
@@ -220,7 +251,13 @@ def test_block_stage_on_a_trained_pair(tmp_path):
     train(tmp_path / "base", TrainSettings(**common), device="cpu", progress=lambda *_: None)
     t0, d0 = load_models(tmp_path / "base")
     save_model(d0.autoregressive(), tmp_path / "base" / "drafter.pt")  # as the autoregressive drafter shipped before
-    log = train_block_head(tmp_path / "base", tmp_path / "blk", TrainSettings(**{**common, "block_steps": 3}), device="cpu", progress=lambda *_: None)
+    log = train_block_head(
+        tmp_path / "base",
+        tmp_path / "blk",
+        TrainSettings(**{**common, "block_steps": 3}),
+        device="cpu",
+        progress=lambda *_: None,
+    )
     assert len(log["drafter_block_loss"]) == 2 and log["extended_from"]["log"]["settings"]["target_steps"] == 2
     t1, d1 = load_models(tmp_path / "blk")
     assert isinstance(d1, BlockDrafter)
@@ -235,7 +272,6 @@ def test_block_stage_on_a_trained_pair(tmp_path):
         TrainSettings(block_steps=0)
 
 
-
 def test_long_context_stage(tmp_path, monkeypatch):
     """The extension stage trains on the long rows (alternating with short batches), changes the
     weights and moves YaRN's reference length to the extended one."""
@@ -247,7 +283,17 @@ def test_long_context_stage(tmp_path, monkeypatch):
         return real_forward(self, tokens, window)
 
     monkeypatch.setattr(TargetLM, "forward", spy)
-    common = dict(target_steps=2, drafter_steps=1, block_steps=1, batch=4, length=64, pool=4, extend_steps=4, extend_batch=2, extend_pool=3)
+    common = dict(
+        target_steps=2,
+        drafter_steps=1,
+        block_steps=1,
+        batch=4,
+        length=64,
+        pool=4,
+        extend_steps=4,
+        extend_batch=2,
+        extend_pool=3,
+    )
     log = train(tmp_path / "ext", TrainSettings(extend_length=200, **common), device="cpu", progress=lambda *_: None)
     assert seen[2:6] == [(2, 199), (4, 63), (2, 199), (4, 63)]
     assert len(log["target_extend_loss"]) == 2 and log["settings"]["extend_length"] == 200
@@ -266,9 +312,25 @@ def test_long_context_stage(tmp_path, monkeypatch):
 def test_extending_a_trained_target_keeps_its_drafter(tmp_path):
     """extend_target: another long-context stage for a shipped target; the drafter is copied
     bit for bit (not retrained), the target changes and its YaRN reference length moves."""
-    common = dict(target_steps=2, drafter_steps=1, block_steps=1, batch=4, length=64, pool=4, extend_steps=4, extend_batch=2, extend_pool=3)
+    common = dict(
+        target_steps=2,
+        drafter_steps=1,
+        block_steps=1,
+        batch=4,
+        length=64,
+        pool=4,
+        extend_steps=4,
+        extend_batch=2,
+        extend_pool=3,
+    )
     train(tmp_path / "base", TrainSettings(extend_length=128, **common), device="cpu", progress=lambda *_: None)
-    log = extend_target(tmp_path / "base", tmp_path / "ext", TrainSettings(extend_length=256, **common), device="cpu", progress=lambda *_: None)
+    log = extend_target(
+        tmp_path / "base",
+        tmp_path / "ext",
+        TrainSettings(extend_length=256, **common),
+        device="cpu",
+        progress=lambda *_: None,
+    )
     assert log["extended_from"]["train_len"] == 128 and len(log["target_extend_loss"]) == 2
     assert log["extended_from"]["log"]["settings"]["extend_length"] == 128  # the earlier stages' log travels along
     t0, d0 = load_models(tmp_path / "base")
@@ -375,5 +437,11 @@ def test_shipped_models_load():
     assert log["extended_from"]["log"]["settings"]["extend_length"] == 65536
     assert log["extended_from"]["log"]["extended_from"]["train_len"] == 16384
     stages = training_stages(log)
-    assert [(st["model"], st["length"]) for st in stages] == [("target", 1024), ("target_extend", 16384), ("drafter", 1024), ("target_extend", 65536), ("drafter_block", 1024)]
+    assert [(st["model"], st["length"]) for st in stages] == [
+        ("target", 1024),
+        ("target_extend", 16384),
+        ("drafter", 1024),
+        ("target_extend", 65536),
+        ("drafter_block", 1024),
+    ]
     assert [st["steps"] for st in stages[-2:]] == [1000, 1000]

@@ -9,7 +9,7 @@ import pytest
 from specdiag import data
 from specdiag.probes import ncu, nvml
 
-NCU_OUT = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
+NCU_OUT = """==PROF== Connected to process 4242 (/usr/bin/python3.12)
 some program output
 ==PROF== Profiling "tree_verify_partial_rg4": 0%....50%....100% - 9 passes
 ==PROF== Disconnected from process 4242
@@ -17,7 +17,7 @@ some program output
 "","","","","","","","","","","","%","cycle","cycle","%"
 "0","4242","python3.12","127.0.0.1","tree_verify_partial_rg4","1","7","(256, 1, 1)","(2, 67, 1)","0","9.0","14.25","1,234,000","456,580.5","12.48"
 "1","4242","python3.12","127.0.0.1","tree_verify_merge","1","7","(128, 1, 1)","(72, 1, 1)","0","9.0","0.5","10,000","0","3"
-'''
+"""
 
 
 def test_parse_ncu_csv():
@@ -34,7 +34,7 @@ def test_parse_ncu_csv():
 
 def test_parse_ncu_reports_errors():
     with pytest.raises(ValueError, match="Failed to find metric"):
-        ncu.parse_ncu_csv('==ERROR== Failed to find metric sm__bogus\n')
+        ncu.parse_ncu_csv("==ERROR== Failed to find metric sm__bogus\n")
 
 
 def test_ncu_command_leaves_clocks_alone():
@@ -45,17 +45,34 @@ def test_ncu_command_leaves_clocks_alone():
 
 
 def test_pick_tensor_metric():
-    assert ncu.pick_tensor_metric({"sm__pipe_tensor_op_hmma_cycles_active", "x"}) == "sm__pipe_tensor_op_hmma_cycles_active.avg"
+    assert (
+        ncu.pick_tensor_metric({"sm__pipe_tensor_op_hmma_cycles_active", "x"})
+        == "sm__pipe_tensor_op_hmma_cycles_active.avg"
+    )
     with pytest.raises(RuntimeError):
         ncu.pick_tensor_metric({"x"})
 
 
-ROW = dict(gpu=0, util_gpu_pct=99.8, util_mem_pct=1.2, power_w=154.0, power_avg_w=150.0, power_limit_w=700.0,
-           sm_clock_mhz=1980.0, mem_clock_mhz=3201.0, gpm_sm_util=6.0, gpm_sm_occupancy=2.5, gpm_any_tensor_util=0.8, gpm_dram_bw_util=1.2)
+ROW = dict(
+    gpu=0,
+    util_gpu_pct=99.8,
+    util_mem_pct=1.2,
+    power_w=154.0,
+    power_avg_w=150.0,
+    power_limit_w=700.0,
+    sm_clock_mhz=1980.0,
+    mem_clock_mhz=3201.0,
+    gpm_sm_util=6.0,
+    gpm_sm_occupancy=2.5,
+    gpm_any_tensor_util=0.8,
+    gpm_dram_bw_util=1.2,
+)
 
 
 def test_sampler_schema_and_phases():
-    s = nvml.NvmlSampler(period_s=0.01, backend=nvml.ReplayBackend([ROW, dict(ROW, gpu=1, util_gpu_pct=0.0, gpm_sm_util=3.0)]))
+    s = nvml.NvmlSampler(
+        period_s=0.01, backend=nvml.ReplayBackend([ROW, dict(ROW, gpu=1, util_gpu_pct=0.0, gpm_sm_util=3.0)])
+    )
     with s:
         s.mark("work")
         time.sleep(0.08)
@@ -103,7 +120,12 @@ class StaleGpmBackend(nvml.ReplayBackend):
     def gpm_metrics(self, s1, s2):
         self.calls += 1
         if self.calls % 2 == 0:
-            return {"gpm_sm_util": 0.0, "gpm_sm_occupancy": 0.0, "gpm_any_tensor_util": 0.0, "gpm_dram_bw_util": math.nan}
+            return {
+                "gpm_sm_util": 0.0,
+                "gpm_sm_occupancy": 0.0,
+                "gpm_any_tensor_util": 0.0,
+                "gpm_dram_bw_util": math.nan,
+            }
         return super().gpm_metrics(s1, s2)
 
 
@@ -115,7 +137,20 @@ def test_stale_gpm_readings_are_blank_not_zero():
     df = s.frame()
     assert df.gpm_sm_util.isna().any() and not (df.gpm_sm_util == 0).any()
     # recorded data from a sampler without the check: zeros with a NaN rate are masked
-    old = pd.DataFrame([dict(ROW, t_s=0.0, phase="w"), dict(ROW, t_s=0.05, phase="w", gpm_sm_util=0.0, gpm_sm_occupancy=0.0, gpm_any_tensor_util=0.0, gpm_dram_bw_util=math.nan)])
+    old = pd.DataFrame(
+        [
+            dict(ROW, t_s=0.0, phase="w"),
+            dict(
+                ROW,
+                t_s=0.05,
+                phase="w",
+                gpm_sm_util=0.0,
+                gpm_sm_occupancy=0.0,
+                gpm_any_tensor_util=0.0,
+                gpm_dram_bw_util=math.nan,
+            ),
+        ]
+    )
     summ = nvml.summarize(old, skip_first=0)
     assert summ.gpm_sm_util.iloc[0] == pytest.approx(6.0)
 
@@ -132,7 +167,9 @@ def test_recorded_probe_data_parses_and_tells_the_story():
     assert list(samples.columns) == nvml.COLUMNS + ["phase"]
     summ = nvml.summarize(samples).set_index("phase")
     base, gemm = summ.loc["baseline"], summ.loc["gemm"]
-    assert base.util_gpu_pct > 90 and base.gpm_sm_util < 10 and base.gpm_dram_bw_util < 2  # busy by duty cycle, idle by GPM
+    assert (
+        base.util_gpu_pct > 90 and base.gpm_sm_util < 10 and base.gpm_dram_bw_util < 2
+    )  # busy by duty cycle, idle by GPM
     assert gemm.gpm_any_tensor_util > 10 * base.gpm_any_tensor_util
     # the raw ncu output stored with the data parses to the same rows
     for name, raw in doc["ncu_raw"].items():

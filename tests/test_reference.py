@@ -43,7 +43,9 @@ def test_reference_matches_definition(seed):
 @pytest.mark.parametrize("shape", ["chain", "fan", "random"])
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 def test_split_equals_unsplit(shape, page_size):
-    x, _ = make_verify_inputs([0, 77, 130], nodes=11, heads=4, page_size=page_size, tree_shape=shape, seed=page_size, dtype=torch.float64)
+    x, _ = make_verify_inputs(
+        [0, 77, 130], nodes=11, heads=4, page_size=page_size, tree_shape=shape, seed=page_size, dtype=torch.float64
+    )
     o1, l1 = tree_verify_attention_ref(**x, scale=SCALE)
     o2, l2 = tree_verify_attention_split(**x, scale=SCALE)
     assert relative_error(o2, o1) < 1e-12
@@ -53,7 +55,14 @@ def test_split_equals_unsplit(shape, page_size):
 def test_unbatched_inputs_and_page_order_do_not_matter():
     x, _ = make_verify_inputs([50], nodes=5, heads=2, page_size=8, seed=1, dtype=torch.float64)
     out, lse = tree_verify_attention_ref(**x, scale=SCALE)
-    one = dict(q=x["q"][0], kv_pool=x["kv_pool"], page_table=x["page_table"][0], prefix_lens=int(x["prefix_lens"][0]), tree_kv=x["tree_kv"][0], tree_mask=x["tree_mask"][0])
+    one = dict(
+        q=x["q"][0],
+        kv_pool=x["kv_pool"],
+        page_table=x["page_table"][0],
+        prefix_lens=int(x["prefix_lens"][0]),
+        tree_kv=x["tree_kv"][0],
+        tree_mask=x["tree_mask"][0],
+    )
     o1, l1 = tree_verify_attention_ref(**one, scale=SCALE)
     assert o1.shape == out.shape[1:] and torch.equal(o1, out[0]) and torch.equal(l1, lse[0])
     # permute the pool's pages and the table consistently: same result

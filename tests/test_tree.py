@@ -89,7 +89,9 @@ class ToyTarget:
 
 
 def tree_logits(target, prefix, tree):
-    return torch.stack([target.logits(prefix + [int(tree.tokens[j]) for j in tree.path_to(i)]) for i in range(tree.num_nodes)])
+    return torch.stack(
+        [target.logits(prefix + [int(tree.tokens[j]) for j in tree.path_to(i)]) for i in range(tree.num_nodes)]
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -161,7 +163,10 @@ def test_compaction_moves_accepted_path():
         (lambda: build_ddtree(torch.zeros(3), 4), "2-D"),
         (lambda: random_tree(5, shape="star"), "unknown tree shape"),
         (lambda: verify_greedy(chain_tree([1]), torch.zeros(3, 4)), "num_nodes"),
-        (lambda: DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 1]), torch.tensor([0, 1]), torch.zeros(2)), "parents must precede"),
+        (
+            lambda: DraftTree(torch.tensor([0, 1]), torch.tensor([-1, 1]), torch.tensor([0, 1]), torch.zeros(2)),
+            "parents must precede",
+        ),
     ],
 )
 def test_bad_input_raises_clear_errors(call, msg):

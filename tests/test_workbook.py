@@ -24,7 +24,11 @@ def test_no_notebook_parameter_is_a_path_relative_to_the_repository():
     other. Defaults name files inside data/ (resolved by specdiag.data) or None."""
     for b in find_notebooks():
         for name, value in notebook_parameters(b).items():
-            assert not (isinstance(value, str) and value.startswith(("data/", "./", "../", "notebooks/"))), (b.name, name, value)
+            assert not (isinstance(value, str) and value.startswith(("data/", "./", "../", "notebooks/"))), (
+                b.name,
+                name,
+                value,
+            )
 
 
 def test_parse_param():
@@ -37,7 +41,12 @@ def test_parse_param():
 @pytest.mark.slow
 def test_cli_runs_the_whole_workbook(tmp_path):
     out = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "specdiag.cli", "run", "--out", str(out), "-p", "smoke", "True"], capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(
+        [sys.executable, "-m", "specdiag.cli", "run", "--out", str(out), "-p", "smoke", "True"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert [s["notebook"] for s in summary] == [b.name for b in find_notebooks()]
@@ -52,7 +61,10 @@ def test_cli_names_the_failing_notebook_and_cell(tmp_path, monkeypatch):
     from specdiag import runner
 
     nb = tmp_path / "01_broken.py"
-    nb.write_text('# %% tags=["parameters"]\nsmoke = False\nmeasure = "auto"\n\n# %%\nx = 1\n\n# %%\nraise RuntimeError("boom here")\n')
+    nb.write_text(
+        '# %% tags=["parameters"]\nsmoke = False\nmeasure = "auto"\n\n# '
+        '%%\nx = 1\n\n# %%\nraise RuntimeError("boom here")\n'
+    )
     with pytest.raises(runner.WorkbookError, match=r"01_broken.py: code cell 3 .*RuntimeError: boom here"):
         runner.run_workbook(tmp_path / "out", {"smoke": True}, notebooks=[nb], html=False, progress=False)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -60,5 +72,9 @@ def test_cli_names_the_failing_notebook_and_cell(tmp_path, monkeypatch):
 
 
 def test_cli_rejects_unknown_notebook_filter(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "specdiag.cli", "run", "--out", str(tmp_path), "--only", "99"], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "specdiag.cli", "run", "--out", str(tmp_path), "--only", "99"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 2 and "no notebook matches" in res.stderr

@@ -13,9 +13,24 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"specdiag {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute notebooks/01..05 headless with papermill")
-    run.add_argument("--out", default="runs/latest", help="folder for executed notebooks, HTML and summary (default: runs/latest)")
-    run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help="notebook parameter (repeatable), e.g. -p smoke True")
-    run.add_argument("--only", action="append", default=[], help="run only notebooks whose name starts with this (repeatable), e.g. --only 03")
+    run.add_argument(
+        "--out", default="runs/latest", help="folder for executed notebooks, HTML and summary (default: runs/latest)"
+    )
+    run.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("NAME", "VALUE"),
+        help="notebook parameter (repeatable), e.g. -p smoke True",
+    )
+    run.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only notebooks whose name starts with this (repeatable), e.g. --only 03",
+    )
     run.add_argument("--no-html", action="store_true", help="skip the HTML export")
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's, python3)")
     a = ap.parse_args(argv)

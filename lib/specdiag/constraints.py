@@ -25,7 +25,15 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["PageSizeConstraint", "BackendMask", "scan_engine", "find_installed_engine", "page_size_constraints", "backend_masks", "declared_mla_backends"]
+__all__ = [
+    "PageSizeConstraint",
+    "BackendMask",
+    "scan_engine",
+    "find_installed_engine",
+    "page_size_constraints",
+    "backend_masks",
+    "declared_mla_backends",
+]
 
 _ALGOS = re.compile(r"\b(EAGLE3?|NGRAM|DFLASH|DDTREE|MEDUSA|LOOKAHEAD|STANDALONE|NEXTN|MTP)\b", re.I)
 _MLA_NAMES = {"kv_lora_rank", "use_mla", "is_mla", "qk_rope_head_dim"}
@@ -79,7 +87,11 @@ def _compares_page_size_to_one(test) -> bool:
     for n in ast.walk(test):
         if isinstance(n, ast.Compare):
             sides = [n.left, *n.comparators]
-            has_ps = any(isinstance(s, (ast.Name, ast.Attribute)) and (getattr(s, "id", None) or getattr(s, "attr", None)) == "page_size" for s in sides)
+            has_ps = any(
+                isinstance(s, (ast.Name, ast.Attribute))
+                and (getattr(s, "id", None) or getattr(s, "attr", None)) == "page_size"
+                for s in sides
+            )
             has_one = any(isinstance(s, ast.Constant) and s.value == 1 for s in sides)
             if has_ps and has_one:
                 return True
@@ -128,7 +140,18 @@ class _Visitor(ast.NodeVisitor):
                 algos = sorted({m.upper() for m in _ALGOS.findall(text)})
                 names = set().union(*(_names(t) for t in context))
                 tree = any("topk" in n for n in names) or bool(re.search(r"topk\s*>\s*1|tree", text, re.I))
-                self.found.append(PageSizeConstraint(self.rel, node.lineno, self.func[-1] if self.func else "<module>", algos, tree, ast.unparse(node.test), action, message[:300]))
+                self.found.append(
+                    PageSizeConstraint(
+                        self.rel,
+                        node.lineno,
+                        self.func[-1] if self.func else "<module>",
+                        algos,
+                        tree,
+                        ast.unparse(node.test),
+                        action,
+                        message[:300],
+                    )
+                )
         self.tests.append(node.test)
         for stmt in node.body:
             self.visit(stmt)
@@ -208,7 +231,11 @@ def backend_masks(root: str | Path, include_tests: bool = False) -> list[Backend
     """
     root = Path(root)
     declared = declared_mla_backends(root, include_tests)
-    paths = [p for p in sorted(root.rglob("*_backend.py")) if "attention" in p.parts and (include_tests or not _is_test(p, root))]
+    paths = [
+        p
+        for p in sorted(root.rglob("*_backend.py"))
+        if "attention" in p.parts and (include_tests or not _is_test(p, root))
+    ]
     stems = [p.stem for p in paths]
     rows = []
     for path in paths:
@@ -216,7 +243,15 @@ def backend_masks(root: str | Path, include_tests: bool = False) -> list[Backend
         if tree is None:
             continue
         name = path.stem.removesuffix("_backend")
-        mask_lines = sorted({n.lineno for n in ast.walk(tree) if hasattr(n, "lineno") and _names(n) & _MASK_NAMES and isinstance(n, (ast.Attribute, ast.Name, ast.arg, ast.keyword))})
+        mask_lines = sorted(
+            {
+                n.lineno
+                for n in ast.walk(tree)
+                if hasattr(n, "lineno")
+                and _names(n) & _MASK_NAMES
+                and isinstance(n, (ast.Attribute, ast.Name, ast.arg, ast.keyword))
+            }
+        )
         mla_hits = sorted(_names(tree) & _MLA_NAMES)
         if "mla" in path.stem.lower():
             evidence = "file name"

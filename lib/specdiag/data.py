@@ -1,12 +1,27 @@
-"""Recorded measurements in ``data/`` (with machine metadata), so notebooks render without a GPU."""
+"""Recorded measurements in ``data/`` (with machine metadata), so notebooks render without a GPU,
+and the one rule every notebook follows: measure here, or show the recording."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["data_dir", "load_json", "gpu_available", "describe_machine", "sweep_frame", "choose_source"]
+from .machine import describe_machine, gpu_available, machine_metadata
+
+__all__ = [
+    "data_dir",
+    "load_json",
+    "save",
+    "measure_or_load",
+    "MEASURE_CHOICES",
+    "sweep_frame",
+    "describe_machine",
+    "gpu_available",
+]
+
+MEASURE_CHOICES = ("auto", "always", "never")
 
 
 def data_dir() -> Path:
@@ -26,33 +41,48 @@ def load_json(name: str) -> dict:
     return json.loads(p.read_text())
 
 
-def gpu_available() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
-def choose_source(measure: str) -> str:
-    """'measure' or 'recorded' from a notebook's ``measure`` parameter ('auto', 'always', 'never')."""
-    if measure not in ("auto", "always", "never"):
-        raise ValueError(f"measure must be 'auto', 'always' or 'never', got {measure!r}")
-    if measure == "always" and not gpu_available():
-        raise RuntimeError("measure='always' needs a CUDA GPU; torch sees none")
-    return "measure" if measure == "always" or (measure == "auto" and gpu_available()) else "recorded"
+def save(path: str | Path, kind: str, payload: dict) -> Path:
+    """Write a result document: ``kind``, this machine's metadata, then ``payload``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"kind": kind, "machine": machine_metadata(), **payload}
+    path.write_text(json.dumps(doc, indent=1, default=float))
+    return path
 
 
-def describe_machine(meta: dict) -> str:
-    keys = ("gpu", "device", "sm_count", "driver", "cuda_runtime", "torch", "triton", "pycuda", "recorded_utc")
-    return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) is not None)
+def measure_or_load(
+    measure: str,
+    recorded: str,
+    run: Callable[[], dict],
+    *,
+    available: Callable[[], bool] = gpu_available,
+    needs: str = "a CUDA GPU",
+) -> dict:
+    """A notebook's data: ``run()`` here when ``measure`` is "always", or "auto" and ``available()``;
+    else the recording ``data/<recorded>``. Prints which, and from which machine; the document
+    gets ``source`` ("measured" or "recorded")."""
+    if measure not in MEASURE_CHOICES:
+        raise ValueError(f"measure must be one of {MEASURE_CHOICES}, got {measure!r}")
+    here = measure != "never" and available()
+    if measure == "always" and not here:
+        raise RuntimeError(f"measure='always' needs {needs}; there is none here")
+    if here:
+        doc = run()
+        doc.setdefault("machine", machine_metadata())
+        doc["source"] = "measured"
+        print("measured now on:", describe_machine(doc["machine"]))
+        return doc
+    doc = load_json(recorded)
+    doc["source"] = "recorded"
+    where = describe_machine(doc["machine"]) if "machine" in doc else doc.get("recorded_utc", "date unknown")
+    print(
+        f"not measured here (that needs {needs}, or measure='never' "
+        f"was asked): the recording data/{recorded}, made on: {where}"
+    )
+    return doc
 
 
 def sweep_frame(doc: dict):
     import pandas as pd
 
-    df = pd.DataFrame(doc["rows"])
-    if "skipped" not in df:
-        df["skipped"] = None
-    return df
+    return pd.DataFrame(doc["rows"])

@@ -1,12 +1,15 @@
 """Load the project's CUDA sources (``kernels/*.cu``) through pycuda, inside PyTorch's context.
 
 * The sources ship as package data (``specdiag._cu``) so a non-editable install finds them.
-* pycuda joins the device's *primary* context, the one PyTorch's runtime uses, instead of
-  creating its own (no ``pycuda.autoinit``), so torch tensors' pointers are valid in kernels.
-* Launches go to torch's current stream: directly when it is the legacy default stream, and
-  otherwise through a pycuda stream fenced with events in both directions.
-* ``nvcc_check`` compiles a source for a target with ``-Xptxas -v`` and parses the resource
-  report (registers, spills, shared memory): usable on machines with nvcc and no GPU.
+* pycuda joins the device's *primary* context, the one PyTorch's runtime uses, so torch tensors'
+  pointers are valid in kernels.
+* Launches go to torch's current stream: directly on the legacy default stream, otherwise through
+  a pycuda stream fenced with events in both directions.
+* Every kernel module exports its launch shape (``tv_config``): ``load_kernel`` reads it from the
+  GPU module and ``ptx_config`` from the compiled PTX on a CPU; both are checked against the
+  registry row.
+* ``nvcc_check`` / ``sass`` compile a source for a target and report ptxas' resources / the
+  disassembly: usable on machines with nvcc and no GPU.
 """
 
 from __future__ import annotations
@@ -19,8 +22,27 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
-__all__ = ["kernel_names", "kernel_source", "kernel_path", "kernel_arch", "arch_flags", "nvcc_check", "parse_ptxas", "find_cuobjdump", "sass", "PtxasFunction", "load_module", "launch", "PreparedLaunch", "arg_format"]
+__all__ = [
+    "kernel_names",
+    "kernel_source",
+    "kernel_path",
+    "kernel_arch",
+    "arch_flags",
+    "define_flags",
+    "nvcc_check",
+    "parse_ptxas",
+    "find_cuobjdump",
+    "sass",
+    "ptx_config",
+    "PtxasFunction",
+    "KernelConfig",
+    "LoadedKernel",
+    "load_module",
+    "load_kernel",
+    "PreparedLaunch",
+]
 
 _REPO_KERNELS = Path(__file__).resolve().parents[2] / "kernels"
 
@@ -110,22 +132,60 @@ class PtxasFunction:
         return self.spill_stores > 0 or self.spill_loads > 0
 
 
-def nvcc_check(name: str, arch: str | None = None, nvcc: str | None = None, extra: tuple[str, ...] = (), source: str | None = None) -> dict[str, PtxasFunction]:
-    """Compile ``kernels/<name>.cu`` (or ``source``, a variant of it) to a cubin for ``arch``
-    (default: ``kernel_arch``) and parse ptxas' resource report."""
+def define_flags(defines: Mapping[str, int] | None) -> list[str]:
+    """``-DNAME=VALUE`` for each compile-time switch, in a stable order."""
+    return [f"-D{k}={int(v)}" for k, v in sorted((defines or {}).items())]
+
+
+def _compile(
+    name: str,
+    arch: str | None,
+    nvcc: str | None,
+    out: str,
+    td: str,
+    extra=(),
+    source: str | None = None,
+    defines: Mapping[str, int] | None = None,
+) -> subprocess.CompletedProcess:
     exe = nvcc or shutil.which("nvcc")
     if exe is None:
         raise FileNotFoundError("nvcc is not on PATH")
     arch = arch or kernel_arch(name)
-    with tempfile.TemporaryDirectory() as td:
-        src = kernel_path(name)
-        if source is not None:
-            src = Path(td) / f"{name}.cu"
-            src.write_text(source)
-        cmd = [exe, *arch_flags(arch), "-cubin", "-O3", "-Xptxas", "-v", "-o", str(Path(td) / "k.cubin"), str(src), *extra]
-        res = subprocess.run(cmd, capture_output=True, text=True)
+    src = kernel_path(name)
+    if source is not None:
+        src = Path(td) / f"{name}.cu"
+        src.write_text(source)
+    suffix = {"ptx": "-ptx", "cubin": "-cubin"}[out]
+    cmd = [
+        exe,
+        *arch_flags(arch),
+        suffix,
+        "-O3",
+        "-std=c++17",
+        *define_flags(defines),
+        "-o",
+        str(Path(td) / f"k.{out}"),
+        str(src),
+        *extra,
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"nvcc failed for {name}.cu ({arch}):\n{res.stderr}")
+    return res
+
+
+def nvcc_check(
+    name: str,
+    arch: str | None = None,
+    nvcc: str | None = None,
+    extra: tuple[str, ...] = (),
+    source: str | None = None,
+    defines: Mapping[str, int] | None = None,
+) -> dict[str, "PtxasFunction"]:
+    """Compile ``kernels/<name>.cu`` (or ``source``, a variant of it) to a cubin for ``arch``
+    (default: ``kernel_arch``) with ``defines`` and parse ptxas' resource report."""
+    with tempfile.TemporaryDirectory() as td:
+        res = _compile(name, arch, nvcc, "cubin", td, ("-Xptxas", "-v", *extra), source, defines)
     return parse_ptxas(res.stderr)
 
 
@@ -143,17 +203,55 @@ def find_cuobjdump() -> str | None:
         return None
 
 
-def sass(name: str, arch: str | None = None, nvcc: str | None = None) -> str:
+def sass(name: str, arch: str | None = None, nvcc: str | None = None, defines: Mapping[str, int] | None = None) -> str:
     """Disassembly (SASS) of ``kernels/<name>.cu`` built for ``arch`` (default: ``kernel_arch``);
     needs nvcc and cuobjdump."""
-    exe = nvcc or shutil.which("nvcc")
     dump = find_cuobjdump()
-    if exe is None or dump is None:
-        raise FileNotFoundError("sass() needs nvcc and cuobjdump (PATH or Triton's bundled copy)")
+    if dump is None:
+        raise FileNotFoundError("sass() needs cuobjdump (PATH or Triton's bundled copy)")
     with tempfile.TemporaryDirectory() as td:
-        cubin = Path(td) / "k.cubin"
-        subprocess.run([exe, *arch_flags(arch or kernel_arch(name)), "-cubin", "-O3", "-o", str(cubin), str(kernel_path(name))], check=True, capture_output=True)
-        return subprocess.run([dump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        _compile(name, arch, nvcc, "cubin", td, defines=defines)
+        return subprocess.run(
+            [dump, "--dump-sass", str(Path(td) / "k.cubin")], capture_output=True, text=True, check=True
+        ).stdout
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """A module's exported launch shape (``TV_EXPORT_CONFIG`` in kernels/tree_verify_params.cuh)."""
+
+    threads: int
+    rows_per_cta: int
+    keys_per_tile: int
+    smem_bytes: int
+
+    def check(self, spec) -> "KernelConfig":
+        """Raise unless the registry row ``spec`` declares this shape."""
+        declared = (spec.threads, spec.rows_per_cta, spec.keys_per_tile)
+        if declared != (self.threads, self.rows_per_cta, self.keys_per_tile):
+            raise RuntimeError(
+                f"kernels/{spec.source}.cu exports threads, rows, keys = "
+                f"{self.threads, self.rows_per_cta, self.keys_per_tile}; "
+                f"the registry row {spec.name!r} says {declared}"
+            )
+        return self
+
+
+_PTX_CONFIG = re.compile(r"tv_config\[16\]\s*=\s*\{([\d,\s]*)\}")
+
+
+def ptx_config(name: str, arch: str | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
+    """The launch shape ``kernels/<name>.cu`` exports, read from its PTX (nvcc, no GPU)."""
+    import struct
+
+    with tempfile.TemporaryDirectory() as td:
+        _compile(name, arch, None, "ptx", td, defines=defines)
+        ptx = (Path(td) / "k.ptx").read_text()
+    m = _PTX_CONFIG.search(ptx)
+    if not m:
+        raise RuntimeError(f"{name}.cu exports no tv_config (TV_EXPORT_CONFIG)")
+    raw = bytes(int(v) for v in m.group(1).replace(" ", "").split(",") if v)
+    return KernelConfig(*struct.unpack("<4i", raw.ljust(16, b"\0")))
 
 
 def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
@@ -173,7 +271,9 @@ def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
             continue
         m = re.search(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?", line)
         if m and current:
-            funcs[current] = PtxasFunction(current, int(m.group(1)), frame, stores, loads, int(m.group(2) or 0), current in serialized)
+            funcs[current] = PtxasFunction(
+                current, int(m.group(1)), frame, stores, loads, int(m.group(2) or 0), current in serialized
+            )
             current, frame, stores, loads = None, 0, 0, 0
     if not funcs:
         raise RuntimeError(f"no ptxas resource report found in:\n{report}")
@@ -206,11 +306,9 @@ def _pop_context(ctx) -> None:
         pass
 
 
-def load_module(name: str, device_index: int | None = None, arch: str | None = None):
-    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` on a torch device.
-
-    ``arch`` defaults to the device's ``sm_XY``; a source marked for ``sm_XYa`` is built for
-    exactly that target and refused on any other device."""
+def load_module(name: str, device_index: int | None = None, defines: Mapping[str, int] | None = None):
+    """Compile (cached by pycuda) and load ``kernels/<name>.cu`` with ``defines`` on a torch device,
+    for the device's own target; a source marked for ``sm_XYa`` is refused on any other device."""
     import torch
 
     if not torch.cuda.is_available():
@@ -220,57 +318,72 @@ def load_module(name: str, device_index: int | None = None, arch: str | None = N
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise RuntimeError("pycuda is not installed: pip install 'specdiag[gpu]'") from e
     dev = torch.cuda.current_device() if device_index is None else int(device_index)
-    key = (name, dev)
+    key = (name, dev, tuple(sorted((defines or {}).items())))
     if key not in _modules:
         torch.cuda.init()
         _primary_context(dev)
         major, minor = torch.cuda.get_device_capability(dev)
         need = kernel_arch(name)
-        code = None
+        arch, code = f"sm_{major}{minor}", None
         if need.endswith("a"):
             if need != f"sm_{major}{minor}a":
                 raise RuntimeError(f"{name}.cu is built for {need} only; this GPU is sm_{major}{minor}")
             arch, code = f"compute_{major}{minor}a", need
-        elif arch is None:
-            arch = f"sm_{major}{minor}"
-        _modules[key] = SourceModule(kernel_source(name), arch=arch, code=code, no_extern_c=True, options=["-O3", "-std=c++17"])
+        options = ["-O3", "-std=c++17", *define_flags(defines)]
+        _modules[key] = SourceModule(kernel_source(name), arch=arch, code=code, no_extern_c=True, options=options)
     return _modules[key]
 
 
-def arg_format(args) -> str:
-    """The struct format of a kernel's packed parameters: numpy scalars only (``np.uintp`` for
-    pointers, ``np.int32``, ``np.float32`` ...), so the layout is explicit."""
-    import numpy as np
+@dataclass(frozen=True)
+class LoadedKernel:
+    function: object  # pycuda Function
+    config: KernelConfig
 
-    fmt = []
-    for i, a in enumerate(args):
-        if not isinstance(a, np.number):
-            raise TypeError(f"kernel argument #{i} is a {type(a).__name__}; pass numpy scalars (np.uintp(tensor.data_ptr()), np.int32, np.float32)")
-        fmt.append(a.dtype.char)
-    return "".join(fmt)
+    @property
+    def smem_bytes(self) -> int:
+        return self.config.smem_bytes
+
+
+def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> LoadedKernel:
+    """A registry row's entry point on a torch device, with the launch shape its module exports
+    (checked against the row)."""
+    import numpy as np
+    import pycuda.driver as cuda
+
+    mod = load_module(spec.source, device_index, defines)
+    ptr, size = mod.get_global("tv_config")
+    cfg = np.empty(4, dtype=np.int32)
+    if size != cfg.nbytes:
+        raise RuntimeError(f"{spec.source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
+    cuda.memcpy_dtoh(cfg, ptr)
+    return LoadedKernel(mod.get_function(spec.entry), KernelConfig(*map(int, cfg)).check(spec))
 
 
 class PreparedLaunch:
-    """One kernel launch, prepared once: arguments packed into pycuda's parameter buffer and
-    the dynamic shared-memory limit set at construction, so a call costs one driver launch
-    (plus torch's current stream). The plain ``func(*args, ...)`` call re-inspects every
-    argument in Python on each launch, which at ~20 arguments costs more host time than a
-    short kernel runs. The buffer holds raw pointers: the caller keeps the tensors alive."""
+    """One kernel launch, prepared once: the packed parameter bytes and the dynamic shared-memory
+    limit set at construction, so a call costs one driver launch (plus torch's current stream).
+    The bytes hold raw pointers: the caller keeps the tensors alive."""
 
-    def __init__(self, func, grid, block, args, shared: int = 0, device_index: int | None = None):
+    def __init__(self, func, grid, block, params: bytes, shared: int = 0, device_index: int | None = None):
         import torch
-        from pycuda._pvt_struct import pack
 
-        self.func, self.grid, self.block, self.shared = func, tuple(int(g) for g in grid), tuple(int(b) for b in block), int(shared)
+        self.func, self.grid, self.block, self.shared = (
+            func,
+            tuple(int(g) for g in grid),
+            tuple(int(b) for b in block),
+            int(shared),
+        )
         self.device = torch.cuda.current_device() if device_index is None else int(device_index)
-        self.buf = pack(arg_format(args), *args)
+        self.buf = bytes(params)
         if self.shared > 48 * 1024:
             import pycuda.driver as cuda
 
             func.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.shared)
 
     def __call__(self) -> None:
-        _on_torch_stream(self.device, lambda stream: self.func._launch_kernel(self.grid, self.block, self.buf, self.shared, stream))
+        _on_torch_stream(
+            self.device, lambda stream: self.func._launch_kernel(self.grid, self.block, self.buf, self.shared, stream)
+        )
 
 
 def _on_torch_stream(dev: int, launch_on) -> None:
@@ -295,9 +408,3 @@ def _on_torch_stream(dev: int, launch_on) -> None:
     after = torch.cuda.Event()
     after.record(ext)
     current.wait_event(after)
-
-
-def launch(func, grid, block, args, shared: int = 0, device_index: int | None = None) -> None:
-    """Launch a pycuda function on torch's current stream (prepared each time: for repeated
-    launches keep a ``PreparedLaunch``)."""
-    PreparedLaunch(func, grid, block, args, shared=shared, device_index=device_index)()

@@ -82,7 +82,15 @@ def _failing_cell(nb) -> str:
     return "unknown cell"
 
 
-def run_workbook(out_dir: str | Path = "runs/latest", parameters: dict | None = None, notebooks=None, html: bool = True, progress: bool = True, kernel_name: str | None = None, timeout: int = 1800) -> list[NotebookResult]:
+def run_workbook(
+    out_dir: str | Path = "runs/latest",
+    parameters: dict | None = None,
+    notebooks=None,
+    html: bool = True,
+    progress: bool = True,
+    kernel_name: str | None = None,
+    timeout: int = 1800,
+) -> list[NotebookResult]:
     import jupytext
     import nbformat
     import papermill as pm
@@ -106,12 +114,22 @@ def run_workbook(out_dir: str | Path = "runs/latest", parameters: dict | None = 
         t0 = time.time()
         try:
             pm.execute_notebook(
-                str(ipynb_in), str(executed), parameters=nb_params, cwd=str(REPO_ROOT), progress_bar=False,
-                kernel_name=kernel_name, execution_timeout=timeout,
+                str(ipynb_in),
+                str(executed),
+                parameters=nb_params,
+                cwd=str(REPO_ROOT),
+                progress_bar=False,
+                kernel_name=kernel_name,
+                execution_timeout=timeout,
             )
             status, err = "ok", None
         except pm.PapermillExecutionError as e:
-            status, err = "failed", f"{src.name}: {_failing_cell(nbformat.read(executed, as_version=4))}" if executed.exists() else f"{src.name}: {e.ename}: {e.evalue}"
+            status, err = (
+                "failed",
+                f"{src.name}: {_failing_cell(nbformat.read(executed, as_version=4))}"
+                if executed.exists()
+                else f"{src.name}: {e.ename}: {e.evalue}",
+            )
         finally:
             ipynb_in.unlink(missing_ok=True)
         html_path = None
@@ -121,7 +139,11 @@ def run_workbook(out_dir: str | Path = "runs/latest", parameters: dict | None = 
             body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
             html_path = out / f"{src.stem}.html"
             html_path.write_text(body)
-        results.append(NotebookResult(src.name, status, round(time.time() - t0, 2), str(executed), str(html_path) if html_path else None, err))
+        results.append(
+            NotebookResult(
+                src.name, status, round(time.time() - t0, 2), str(executed), str(html_path) if html_path else None, err
+            )
+        )
         if status != "ok":
             break
     (out / "summary.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
@@ -135,7 +157,10 @@ def run_workbook(out_dir: str | Path = "runs/latest", parameters: dict | None = 
 def _write_summary_md(path: Path, results: list[NotebookResult], params: dict) -> None:
     lines = ["| notebook | status | seconds | executed | html |", "|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r.notebook} | {r.status} | {r.seconds} | {Path(r.executed).name} | {Path(r.html).name if r.html else '-'} |")
+        lines.append(
+            f"| {r.notebook} | {r.status} | {r.seconds} | "
+            f"{Path(r.executed).name} | {Path(r.html).name if r.html else '-'} |"
+        )
     if params:
         lines += ["", "parameters: " + ", ".join(f"{k}={v!r}" for k, v in params.items())]
     path.write_text("\n".join(lines) + "\n")

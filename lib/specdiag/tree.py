@@ -233,9 +233,7 @@ class VerifyResult:
 
 def _check_target_logits(tree: DraftTree, logits: torch.Tensor) -> torch.Tensor:
     if logits.dim() != 2 or logits.shape[0] != tree.num_nodes:
-        raise ValueError(
-            f"target logits must be [num_nodes={tree.num_nodes}, vocab], got {tuple(logits.shape)}"
-        )
+        raise ValueError(f"target logits must be [num_nodes={tree.num_nodes}, vocab], got {tuple(logits.shape)}")
     return logits
 
 

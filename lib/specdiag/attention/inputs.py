@@ -55,7 +55,9 @@ class VerifyInputs:
         return self.kv_pool.shape[1]
 
 
-def check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, dv=MLA_V_DIM, check_pages=True) -> VerifyInputs:
+def check_verify_inputs(
+    q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, dv=MLA_V_DIM, check_pages=True
+) -> VerifyInputs:
     """Validate and normalise inputs; raises ValueError with the offending shape."""
     for name, t in (("q", q), ("kv_pool", kv_pool), ("tree_kv", tree_kv), ("tree_mask", tree_mask)):
         if not isinstance(t, torch.Tensor):
@@ -97,7 +99,9 @@ def check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask,
     cap = page_table.shape[1] * ps
     for i, n in enumerate(lens):
         if n < 0 or n > cap:
-            raise ValueError(f"prefix_lens[{i}]={n} is outside 0..{cap} (page_table has {page_table.shape[1]} pages of {ps})")
+            raise ValueError(
+                f"prefix_lens[{i}]={n} is outside 0..{cap} (page_table has {page_table.shape[1]} pages of {ps})"
+            )
     if check_pages:
         for i, n in enumerate(lens):
             used = page_table[i, : (n + ps - 1) // ps]

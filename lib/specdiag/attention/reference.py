@@ -58,7 +58,9 @@ def _run(split: bool, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, s
             o, l = merge_partials([o1, o2], [l1, l2])
         else:
             keys = torch.cat([prefix, tkv])
-            full = torch.cat([torch.ones(mask.shape[0], prefix.shape[0], dtype=torch.bool, device=mask.device), mask], 1)
+            full = torch.cat(
+                [torch.ones(mask.shape[0], prefix.shape[0], dtype=torch.bool, device=mask.device), mask], 1
+            )
             o, l = attend(qb, keys, scale, dv, full)
         outs.append(o)
         lses.append(l)
@@ -66,11 +68,15 @@ def _run(split: bool, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, s
     return (out, lse) if x.batched else (out[0], lse[0])
 
 
-def tree_verify_attention_ref(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv=MLA_V_DIM, dtype=torch.float64):
+def tree_verify_attention_ref(
+    q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv=MLA_V_DIM, dtype=torch.float64
+):
     """One softmax over [prefix ; tree] with the ancestor mask on the tree block."""
     return _run(False, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv, dtype)
 
 
-def tree_verify_attention_split(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv=MLA_V_DIM, dtype=torch.float64):
+def tree_verify_attention_split(
+    q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv=MLA_V_DIM, dtype=torch.float64
+):
     """Prefix part (no mask) and tree part (ancestor mask) computed apart, merged by LSE."""
     return _run(True, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, dv, dtype)

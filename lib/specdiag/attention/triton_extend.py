@@ -59,12 +59,30 @@ if triton is not None:
 
     @triton.jit
     def _extend_fwd_kernel(
-        Q, K_ext, K_buf, O, LSE,
-        qo_indptr, kv_indptr, kv_indices, mask_ptr, mask_indptr,
+        Q,
+        K_ext,
+        K_buf,
+        O,
+        LSE,
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        mask_ptr,
+        mask_indptr,
         sm_scale,
-        stride_qt, stride_qh, stride_kext, stride_kbuf, stride_ot, stride_oh, stride_lt,
-        BLOCK_DMODEL: tl.constexpr, BLOCK_DPE: tl.constexpr, BLOCK_DV: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+        stride_qt,
+        stride_qh,
+        stride_kext,
+        stride_kbuf,
+        stride_ot,
+        stride_oh,
+        stride_lt,
+        BLOCK_DMODEL: tl.constexpr,
+        BLOCK_DPE: tl.constexpr,
+        BLOCK_DV: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        UPCAST: tl.constexpr,
     ):
         cur_seq = tl.program_id(0)
         cur_head = tl.program_id(1)
@@ -141,7 +159,9 @@ def _interpreting() -> bool:
 def prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask):
     """Convert the workbook's layout into the engine's page_size=1 extend layout (untimed)."""
     if q.shape[-1] != MLA_HEAD_DIM:
-        raise ValueError(f"the baseline kernel is laid out for MLA head dim {MLA_HEAD_DIM} (512 + 64), got {q.shape[-1]}")
+        raise ValueError(
+            f"the baseline kernel is laid out for MLA head dim {MLA_HEAD_DIM} (512 + 64), got {q.shape[-1]}"
+        )
     x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
     b, t, h, d = x.q.shape
     dev = x.q.device
@@ -175,7 +195,9 @@ def prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mas
     )
 
 
-def extend_attention_fwd(prep: dict, scale: float, block_m: int | None = None, block_n: int = 32, num_warps: int = 8, num_stages: int = 1):
+def extend_attention_fwd(
+    prep: dict, scale: float, block_m: int | None = None, block_n: int = 32, num_warps: int = 8, num_stages: int = 1
+):
     """Run the baseline kernel on prepared inputs; returns (out [B,T,H,512], lse [B,T,H])."""
     if triton is None:
         raise RuntimeError("triton is not installed: pip install 'specdiag[triton]'")
@@ -188,13 +210,32 @@ def extend_attention_fwd(prep: dict, scale: float, block_m: int | None = None, b
     ke = prep["k_extend"]
     grid = (b, h, triton.cdiv(t, bm))
     _extend_fwd_kernel[grid](
-        q, ke, kb, out, lse,
-        prep["qo_indptr"], prep["kv_indptr"], prep["kv_indices"], prep["custom_mask"], prep["mask_indptr"],
+        q,
+        ke,
+        kb,
+        out,
+        lse,
+        prep["qo_indptr"],
+        prep["kv_indptr"],
+        prep["kv_indices"],
+        prep["custom_mask"],
+        prep["mask_indptr"],
         float(scale),
-        q.stride(0), q.stride(1), ke.stride(0), kb.stride(0), out.stride(0), out.stride(1), lse.stride(0),
-        BLOCK_DMODEL=512, BLOCK_DPE=64, BLOCK_DV=MLA_V_DIM, BLOCK_M=bm, BLOCK_N=block_n,
+        q.stride(0),
+        q.stride(1),
+        ke.stride(0),
+        kb.stride(0),
+        out.stride(0),
+        out.stride(1),
+        lse.stride(0),
+        BLOCK_DMODEL=512,
+        BLOCK_DPE=64,
+        BLOCK_DV=MLA_V_DIM,
+        BLOCK_M=bm,
+        BLOCK_N=block_n,
         UPCAST=_interpreting() and q.dtype == torch.bfloat16,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     out, lse = out.view(b, t, h, MLA_V_DIM), lse.view(b, t, h)
     return (out, lse) if prep["batched"] else (out[0], lse[0])
@@ -202,5 +243,6 @@ def extend_attention_fwd(prep: dict, scale: float, block_m: int | None = None, b
 
 def tree_verify_attention_triton(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, **kw):
     """Convenience: prepare + run; same contract as ``tree_verify_attention_ref``."""
-    return extend_attention_fwd(prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask), scale, **kw)
-
+    return extend_attention_fwd(
+        prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask), scale, **kw
+    )

@@ -1,1 +1,2 @@
-"""Small real models for drafter validation (notebook 01): target LM, DFlash-style drafter, training, speculative decoding."""
+"""Small real models for drafter validation (notebook 01): target LM, DFlash-style drafter, training,
+speculative decoding."""

@@ -55,7 +55,9 @@ def repeated(n: int, period: int, vocab: int, generator: torch.Generator, device
     return seg.repeat((n + period - 1) // period)[:n]
 
 
-def add_repeats(x: torch.Tensor, vocab: int, generator: torch.Generator, min_period: int = 8, max_period: int = 96) -> torch.Tensor:
+def add_repeats(
+    x: torch.Tensor, vocab: int, generator: torch.Generator, min_period: int = 8, max_period: int = 96
+) -> torch.Tensor:
     """In place: the second half of the rows of ``x`` [B, L] turn into repeats of a random
     segment from a random point in their first half on."""
     batch, length = x.shape
@@ -67,6 +69,8 @@ def add_repeats(x: torch.Tensor, vocab: int, generator: torch.Generator, min_per
     return x
 
 
-def training_batch(prose: MarkovProse, batch: int, length: int, generator: torch.Generator, min_period: int = 8, max_period: int = 96) -> torch.Tensor:
+def training_batch(
+    prose: MarkovProse, batch: int, length: int, generator: torch.Generator, min_period: int = 8, max_period: int = 96
+) -> torch.Tensor:
     """Half prose, half 'prose then repeats' (the repeat starting at a random point)."""
     return add_repeats(prose.sample_batch(batch, length, generator), prose.vocab, generator, min_period, max_period)

@@ -28,7 +28,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["LMConfig", "DrafterConfig", "yarn_inv_freq", "TargetLM", "Drafter", "BlockHead", "BlockDrafter", "KVCache", "block_targets", "HEAD_PREFIX"]
+__all__ = [
+    "LMConfig",
+    "DrafterConfig",
+    "yarn_inv_freq",
+    "TargetLM",
+    "Drafter",
+    "BlockHead",
+    "BlockDrafter",
+    "KVCache",
+    "block_targets",
+    "HEAD_PREFIX",
+]
 
 
 @dataclass
@@ -52,7 +63,9 @@ class DrafterConfig(LMConfig):
     window: int = 128  # sliding window over committed tokens
 
 
-def yarn_inv_freq(head_dim: int, base: float, factor: float, original_len: int, beta_fast: float = 32.0, beta_slow: float = 1.0):
+def yarn_inv_freq(
+    head_dim: int, base: float, factor: float, original_len: int, beta_fast: float = 32.0, beta_slow: float = 1.0
+):
     """Inverse frequencies after YaRN's 'NTK-by-parts' interpolation, and the logit scale."""
     if head_dim % 2:
         raise ValueError("rotary head dim must be even")
@@ -195,12 +208,23 @@ class TargetLM(nn.Module):
         for blk in self.blocks:
             q, k, v = blk.qkv_heads(x, pos, self.inv_freq)
             scale = self.mscale / math.sqrt(q.shape[-1])
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale) if mask is None else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            att = (
+                F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+                if mask is None
+                else F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            )
             x = blk.finish(x, att)
         return self.ln(x)
 
     @torch.no_grad()
-    def prefill(self, tokens: torch.Tensor, cache: KVCache, max_scores: int = 1 << 26, start_pos: int | None = None, return_hidden: bool = False):
+    def prefill(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache,
+        max_scores: int = 1 << 26,
+        start_pos: int | None = None,
+        return_hidden: bool = False,
+    ):
         """tokens [S] appended to ``cache`` (chunked causal prefill); returns the last logits,
         and with ``return_hidden`` also the final hidden states [S, dim] of all the tokens.
 
@@ -336,9 +360,13 @@ class BlockHead(nn.Module):
         null = torch.ones(r, 1, dtype=torch.bool, device=feats.device)
         outs = []
         for j in range(self.block):
-            keys = torch.cat([self.null_k.expand(b, h, 1, dh), F.pad(kb, (0, 0, 1 + j, 0))[:, :, :s]], 2)  # key at i: hidden at i - 1 - j
+            keys = torch.cat(
+                [self.null_k.expand(b, h, 1, dh), F.pad(kb, (0, 0, 1 + j, 0))[:, :, :s]], 2
+            )  # key at i: hidden at i - 1 - j
             mask = (i <= p) & (i >= p - window + 2 + j) & (i >= 1 + j)  # both i and i - 1 - j inside the window
-            att = F.scaled_dot_product_attention(q[:, :, j].transpose(1, 2), keys, vals, attn_mask=torch.cat([null, mask], 1))
+            att = F.scaled_dot_product_attention(
+                q[:, :, j].transpose(1, 2), keys, vals, attn_mask=torch.cat([null, mask], 1)
+            )
             outs.append(att.transpose(1, 2).reshape(b, r, d))
         o = torch.stack(outs, 2)  # [b, r, block, dim]
         z = torch.cat([(rows[:, :, None] + self.slot.weight).to(o.dtype), o], -1)

@@ -23,7 +23,18 @@ from ..tree import apply_compaction, build_ddtree, compaction_indices, verify_gr
 from .corpus import MarkovProse, repeated
 from .lm import BlockDrafter, Drafter, KVCache, TargetLM
 
-__all__ = ["Faults", "SpecResult", "speculative_generate", "greedy_generate", "make_prompt", "validation_sweep", "continuation_accuracy", "drafter_kind", "drafters_of", "FAULTS"]
+__all__ = [
+    "Faults",
+    "SpecResult",
+    "speculative_generate",
+    "greedy_generate",
+    "make_prompt",
+    "validation_sweep",
+    "continuation_accuracy",
+    "drafter_kind",
+    "drafters_of",
+    "FAULTS",
+]
 
 
 @dataclass
@@ -83,7 +94,14 @@ def _append_path(cache: KVCache, new_kv, tree, result):
 
 
 @torch.no_grad()
-def speculative_generate(target: TargetLM, drafter: Drafter, prompt: torch.Tensor, new_tokens: int, budget: int = 16, faults: Faults | None = None) -> SpecResult:
+def speculative_generate(
+    target: TargetLM,
+    drafter: Drafter,
+    prompt: torch.Tensor,
+    new_tokens: int,
+    budget: int = 16,
+    faults: Faults | None = None,
+) -> SpecResult:
     """Greedy tree speculative decoding; the output equals ``greedy_generate`` (lossless)."""
     if prompt.numel() < 2:
         raise ValueError("the prompt needs at least 2 tokens")
@@ -109,7 +127,9 @@ def speculative_generate(target: TargetLM, drafter: Drafter, prompt: torch.Tenso
         res = SpecResult([])
         while len(res.tokens) < new_tokens:
             tree = build_ddtree(drafter.draft(n, dcache).cpu(), budget, root_token=root)
-            logits, kv = target.forward_tree(tree.tokens.to(dev), tree.position_ids(n - 1).to(dev), tree.ancestor_mask(dev), tcache)
+            logits, kv = target.forward_tree(
+                tree.tokens.to(dev), tree.position_ids(n - 1).to(dev), tree.ancestor_mask(dev), tcache
+            )
             verdict = verify_greedy(tree, logits.float().cpu())
             _append_path(tcache, kv, tree, verdict)
             committed = verdict.committed_tokens
@@ -139,7 +159,9 @@ def greedy_generate(target: TargetLM, prompt: torch.Tensor, new_tokens: int) -> 
         out, tok, n = [], int(prompt[-1]), prompt.numel()
         one = chain_tree([], root_token=0)
         for _ in range(new_tokens):
-            logits, kv = target.forward_tree(torch.tensor([tok], device=dev), torch.tensor([n - 1], device=dev), one.ancestor_mask(dev), cache)
+            logits, kv = target.forward_tree(
+                torch.tensor([tok], device=dev), torch.tensor([n - 1], device=dev), one.ancestor_mask(dev), cache
+            )
             for li, (k, v) in enumerate(kv):
                 cache.append(li, k, v)
             tok = int(logits[0].float().argmax())
@@ -177,7 +199,17 @@ def drafters_of(drafter: Drafter, kinds=None) -> dict:
     return {k: offered[k] for k in kinds}
 
 
-def validation_sweep(target, drafter, contexts=(1024, 16384, 65536, 131072), kinds=("predictable", "prose"), faults=FAULTS, new_tokens: int = 64, budget: int = 16, seed: int = 0, progress=print) -> list[dict]:
+def validation_sweep(
+    target,
+    drafter,
+    contexts=(1024, 16384, 65536, 131072),
+    kinds=("predictable", "prose"),
+    faults=FAULTS,
+    new_tokens: int = 64,
+    budget: int = 16,
+    seed: int = 0,
+    progress=print,
+) -> list[dict]:
     """Mean commit length per (context, text, fault); each row names the drafter's kind."""
     rows = []
     kind_of_drafter = drafter_kind(drafter)
@@ -186,8 +218,23 @@ def validation_sweep(target, drafter, contexts=(1024, 16384, 65536, 131072), kin
             prompt = make_prompt(kind, ctx, target.cfg.vocab, seed=seed)
             for name, f in faults.items():
                 r = speculative_generate(target, drafter, prompt, new_tokens, budget=budget, faults=f)
-                rows.append(dict(drafter=kind_of_drafter, context=ctx, text=kind, fault=name, mean_commit=r.mean_commit, steps=len(r.commit_lengths), commit_lengths=r.commit_lengths, seconds=r.seconds, **{"fault_detail": asdict(f)}))
-                progress(f"{kind_of_drafter:>14} ctx={ctx:>6} {kind:>11} {name:>15}: mean commit {r.mean_commit:.2f} over {len(r.commit_lengths)} steps ({r.seconds:.1f}s)")
+                rows.append(
+                    dict(
+                        drafter=kind_of_drafter,
+                        context=ctx,
+                        text=kind,
+                        fault=name,
+                        mean_commit=r.mean_commit,
+                        steps=len(r.commit_lengths),
+                        commit_lengths=r.commit_lengths,
+                        seconds=r.seconds,
+                        **{"fault_detail": asdict(f)},
+                    )
+                )
+                progress(
+                    f"{kind_of_drafter:>14} ctx={ctx:>6} {kind:>11} {name:>15}: mean commit "
+                    f"{r.mean_commit:.2f} over {len(r.commit_lengths)} steps ({r.seconds:.1f}s)"
+                )
     return rows
 
 
@@ -197,7 +244,7 @@ def main(argv=None) -> int:
     import json
     from pathlib import Path
 
-    from ..bench import machine_metadata
+    from ..machine import machine_metadata
     from .train import load_models
 
     ap = argparse.ArgumentParser(prog="python -m specdiag.models.specdec")
@@ -206,7 +253,12 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default="1024,16384,65536,131072")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--drafters", default="block,autoregressive", help="which drafters of the folder to sweep: block (the block drafter as shipped), autoregressive (its encoder drafting on its own)")
+    ap.add_argument(
+        "--drafters",
+        default="block,autoregressive",
+        help="which drafters of the folder to sweep: block (the block drafter as shipped), "
+        "autoregressive (its encoder drafting on its own)",
+    )
     a = ap.parse_args(argv)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     target, drafter = load_models(a.models, dev)
@@ -222,18 +274,35 @@ def main(argv=None) -> int:
             for kind in ("predictable", "prose"):
                 p = make_prompt(kind, ctx, target.cfg.vocab)
                 spec = speculative_generate(target, d, p, a.new_tokens, budget=a.budget).tokens
-                lossless.append(dict(drafter=k, context=ctx, text=kind, equal=spec == greedy_generate(target, p, a.new_tokens)))
+                lossless.append(
+                    dict(drafter=k, context=ctx, text=kind, equal=spec == greedy_generate(target, p, a.new_tokens))
+                )
                 print("lossless", lossless[-1])
         accuracy += continuation_accuracy(target, d, contexts=contexts)
-    doc = {"kind": "drafter_validation", "machine": machine_metadata(), "budget": a.budget, "new_tokens": a.new_tokens, "drafters": list(drafters), "rows": rows, "lossless": lossless, "accuracy": accuracy}
+    doc = {
+        "kind": "drafter_validation",
+        "machine": machine_metadata(),
+        "budget": a.budget,
+        "new_tokens": a.new_tokens,
+        "drafters": list(drafters),
+        "rows": rows,
+        "lossless": lossless,
+        "accuracy": accuracy,
+    }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
     return 0 if all(x["equal"] for x in lossless) else 1
 
 
-
 @torch.no_grad()
-def continuation_accuracy(target: TargetLM, drafter: Drafter, contexts=(1024, 4096, 16384), kinds=("predictable", "prose"), tail: int = 256, seed: int = 0) -> list[dict]:
+def continuation_accuracy(
+    target: TargetLM,
+    drafter: Drafter,
+    contexts=(1024, 4096, 16384),
+    kinds=("predictable", "prose"),
+    tail: int = 256,
+    seed: int = 0,
+) -> list[dict]:
     """Each model on its own: teacher-forced next-token accuracy over the last ``tail`` tokens
     of the sweep's prompts (target with the sweep's YaRN; drafter through its window).
 
@@ -263,7 +332,12 @@ def continuation_accuracy(target: TargetLM, drafter: Drafter, contexts=(1024, 40
                 row["drafter_block_acc"] = float((rows_all == want).float().mean())
             else:
                 d_pred = drafter(d_in[None, :-1])[0, -tail:].argmax(-1)
-            row.update(target_acc=float((t_pred == truth).float().mean()), drafter_acc=float((d_pred == truth).float().mean()), agreement=float((t_pred == d_pred).float().mean()), target_yarn=target_yarn_for(target, ctx))
+            row.update(
+                target_acc=float((t_pred == truth).float().mean()),
+                drafter_acc=float((d_pred == truth).float().mean()),
+                agreement=float((t_pred == d_pred).float().mean()),
+                target_yarn=target_yarn_for(target, ctx),
+            )
             rows.append(row)
     return rows
 

@@ -36,14 +36,40 @@ import torch.nn.functional as F
 from .corpus import MarkovProse, add_repeats
 from .lm import HEAD_PREFIX, BlockDrafter, Drafter, DrafterConfig, LMConfig, TargetLM, block_targets
 
-__all__ = ["TrainSettings", "train", "extend_target", "train_block_head", "previous_log", "training_stages", "load_models", "save_model"]
+__all__ = [
+    "TrainSettings",
+    "train",
+    "extend_target",
+    "train_block_head",
+    "previous_log",
+    "training_stages",
+    "load_models",
+    "save_model",
+]
 
 _DRAFTERS = {"Drafter": Drafter, "BlockDrafter": BlockDrafter}
 
 
 class TrainSettings:
-    def __init__(self, seed=0, target_steps=2500, drafter_steps=4000, batch=64, length=1024, pool=2048, lr=2e-3, vocab=64, drafter_length=None,
-                 extend_length=None, extend_steps=2400, extend_batch=16, extend_pool=128, extend_lr=5e-4, block_steps=1000, block_lr=2e-3):
+    def __init__(
+        self,
+        seed=0,
+        target_steps=2500,
+        drafter_steps=4000,
+        batch=64,
+        length=1024,
+        pool=2048,
+        lr=2e-3,
+        vocab=64,
+        drafter_length=None,
+        extend_length=None,
+        extend_steps=2400,
+        extend_batch=16,
+        extend_pool=128,
+        extend_lr=5e-4,
+        block_steps=1000,
+        block_lr=2e-3,
+    ):
         drafter_length = min(1024, length) if drafter_length is None else drafter_length
         if drafter_length > length:
             raise ValueError(f"drafter_length {drafter_length} cannot exceed the training length {length}")
@@ -87,9 +113,15 @@ class _Run:
         self.g = torch.Generator(device=self.dev).manual_seed(s.seed)
         self.prose = MarkovProse(s.vocab, seed=s.seed)
         self.t0 = time.time()
-        self.pool = self.prose.sample_batch(s.pool, s.length, self.g, device=self.dev)  # prose sequences, sampled on the device
+        self.pool = self.prose.sample_batch(
+            s.pool, s.length, self.g, device=self.dev
+        )  # prose sequences, sampled on the device
         self.log = {"settings": s.to_dict(), "pool_seconds": time.time() - self.t0}
-        self.amp = dict(device_type="cuda", dtype=torch.bfloat16) if self.dev.type == "cuda" else dict(device_type="cpu", enabled=False)
+        self.amp = (
+            dict(device_type="cuda", dtype=torch.bfloat16)
+            if self.dev.type == "cuda"
+            else dict(device_type="cpu", enabled=False)
+        )
 
     def fit(self, name, params, steps, loss_of, rows=None, batch=None, lr=None, every_other=None):
         """AdamW over ``params`` with warm-up + cosine, bf16 autocast on GPU; ``loss_of(batch)``
@@ -143,7 +175,9 @@ class _Run:
             with torch.no_grad():
                 feats = drafter.hidden(x, window=drafter.window)
             logits = drafter.block_head(feats, x, drafter.window)
-            return F.cross_entropy(logits.float().reshape(-1, s.vocab), block_targets(x, drafter.cfg.block).reshape(-1), ignore_index=-100)
+            return F.cross_entropy(
+                logits.float().reshape(-1, s.vocab), block_targets(x, drafter.cfg.block).reshape(-1), ignore_index=-100
+            )
 
         self.fit("drafter_block", drafter.block_head.parameters(), s.block_steps, loss_of, lr=s.block_lr)
 
@@ -153,7 +187,15 @@ class _Run:
         derails greedy output); afterwards YaRN's reference is the extended length."""
         s = self.s
         long_rows = self.prose.sample_batch(s.extend_pool, s.extend_length, self.g, device=self.dev)
-        self.fit_lm("target_extend", target, s.extend_steps, rows=long_rows, batch=s.extend_batch, lr=s.extend_lr, every_other=(self.pool, s.batch))
+        self.fit_lm(
+            "target_extend",
+            target,
+            s.extend_steps,
+            rows=long_rows,
+            batch=s.extend_batch,
+            lr=s.extend_lr,
+            every_other=(self.pool, s.batch),
+        )
         target.cfg.train_len = s.extend_length
 
     def save(self, out_dir, target, drafter) -> dict:
@@ -164,7 +206,7 @@ class _Run:
         save_model(target, out / "target.pt")
         save_model(drafter, out / "drafter.pt")
         try:
-            from ..bench import machine_metadata
+            from ..machine import machine_metadata
 
             self.log["machine"] = machine_metadata()
         except Exception:  # pragma: no cover
@@ -202,10 +244,22 @@ def training_stages(log: dict) -> list[dict]:
     older = (log.get("extended_from") or {}).get("log")
     stages = training_stages(older) if older else []
     st = log["settings"]
-    lengths = {"target": st["length"], "target_extend": st.get("extend_length"), "drafter": st.get("drafter_length"), "drafter_block": st.get("drafter_length")}
+    lengths = {
+        "target": st["length"],
+        "target_extend": st.get("extend_length"),
+        "drafter": st.get("drafter_length"),
+        "drafter_block": st.get("drafter_length"),
+    }
     for name in ("target", "target_extend", "drafter", "drafter_block"):
         if log.get(f"{name}_loss"):
-            stages.append({"model": name, "length": lengths[name], "steps": log[f"{name}_loss"][-1][0] + 1, "final_loss": log[f"{name}_loss"][-1][1]})
+            stages.append(
+                {
+                    "model": name,
+                    "length": lengths[name],
+                    "steps": log[f"{name}_loss"][-1][0] + 1,
+                    "final_loss": log[f"{name}_loss"][-1][1],
+                }
+            )
     return stages
 
 
@@ -220,8 +274,14 @@ def extend_target(models_dir, out_dir, settings: TrainSettings, device=None, pro
     run = _Run(s, device, progress)
     target, drafter = load_models(models_dir, run.dev)
     if s.extend_length <= target.cfg.train_len:
-        raise ValueError(f"extend_length {s.extend_length} must exceed the target's training length {target.cfg.train_len}")
-    run.log["extended_from"] = {"models": str(models_dir), "train_len": target.cfg.train_len, "log": previous_log(models_dir)}
+        raise ValueError(
+            f"extend_length {s.extend_length} must exceed the target's training length {target.cfg.train_len}"
+        )
+    run.log["extended_from"] = {
+        "models": str(models_dir),
+        "train_len": target.cfg.train_len,
+        "log": previous_log(models_dir),
+    }
     target.train()
     run.extend(target)
     return run.save(out_dir, target.eval(), drafter)
@@ -239,14 +299,28 @@ def train_block_head(models_dir, out_dir, settings: TrainSettings, device=None, 
     drafter = BlockDrafter(old.cfg).to(run.dev)
     missing, unexpected = drafter.load_state_dict(old.state_dict(), strict=False)
     if unexpected or any(not k.startswith(HEAD_PREFIX) for k in missing):
-        raise ValueError(f"{models_dir}: drafter weights do not fit the block drafter's encoder (missing {missing}, unexpected {unexpected})")
-    run.log["extended_from"] = {"models": str(models_dir), "train_len": target.cfg.train_len, "log": previous_log(models_dir)}
+        raise ValueError(
+            f"{models_dir}: drafter weights do not fit the block drafter's "
+            f"encoder (missing {missing}, unexpected {unexpected})"
+        )
+    run.log["extended_from"] = {
+        "models": str(models_dir),
+        "train_len": target.cfg.train_len,
+        "log": previous_log(models_dir),
+    }
     run.fit_block(drafter)
     return run.save(out_dir, target, drafter.eval())
 
 
 def save_model(model, path) -> None:
-    torch.save({"config": model.cfg.to_dict(), "kind": type(model).__name__, "state": {k: v.half() for k, v in model.state_dict().items()}}, path)
+    torch.save(
+        {
+            "config": model.cfg.to_dict(),
+            "kind": type(model).__name__,
+            "state": {k: v.half() for k, v in model.state_dict().items()},
+        },
+        path,
+    )
 
 
 def load_models(folder, device="cpu") -> tuple[TargetLM, Drafter]:
@@ -254,7 +328,10 @@ def load_models(folder, device="cpu") -> tuple[TargetLM, Drafter]:
     ``BlockDrafter`` or the autoregressive ``Drafter``), in eval mode on ``device``."""
     folder = Path(folder)
     models = []
-    for name, classes, cfg_cls in (("target.pt", {"TargetLM": TargetLM}, LMConfig), ("drafter.pt", _DRAFTERS, DrafterConfig)):
+    for name, classes, cfg_cls in (
+        ("target.pt", {"TargetLM": TargetLM}, LMConfig),
+        ("drafter.pt", _DRAFTERS, DrafterConfig),
+    ):
         p = folder / name
         if not p.is_file():
             raise FileNotFoundError(f"{p} not found: train with `python -m specdiag.models.train --out {folder}`")
@@ -277,20 +354,43 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--length", type=int, default=1024, help="target's training length")
     ap.add_argument("--drafter-length", type=int, default=None, help="default: min(1024, --length)")
-    ap.add_argument("--extend-length", type=int, default=None, help="long-context stage for the target (none if not given)")
+    ap.add_argument(
+        "--extend-length", type=int, default=None, help="long-context stage for the target (none if not given)"
+    )
     ap.add_argument("--extend-steps", type=int, default=2400, help="half of them on long sequences, half on short ones")
     ap.add_argument("--extend-batch", type=int, default=16)
     ap.add_argument("--extend-lr", type=float, default=5e-4)
-    ap.add_argument("--extend-from", default=None, help="trained models folder: only run another long-context stage for its target (--extend-length), drafter copied")
+    ap.add_argument(
+        "--extend-from",
+        default=None,
+        help="trained models folder: only run another long-context stage for its target (--extend-length), "
+        "drafter copied",
+    )
     ap.add_argument("--block-steps", type=int, default=1000, help="steps of the drafter's block head")
     ap.add_argument("--block-lr", type=float, default=2e-3)
-    ap.add_argument("--block-from", default=None, help="trained models folder: only train a block head on its drafter's encoder, target copied")
+    ap.add_argument(
+        "--block-from",
+        default=None,
+        help="trained models folder: only train a block head on its drafter's encoder, target copied",
+    )
     a = ap.parse_args(argv)
     if a.extend_from and a.block_from:
         ap.error("--extend-from and --block-from are separate stages: run one, then the other on its output")
-    settings = TrainSettings(seed=a.seed, target_steps=a.target_steps, drafter_steps=a.drafter_steps, batch=a.batch, length=a.length, lr=a.lr, drafter_length=a.drafter_length,
-                             extend_length=a.extend_length, extend_steps=a.extend_steps, extend_batch=a.extend_batch, extend_lr=a.extend_lr,
-                             block_steps=a.block_steps, block_lr=a.block_lr)
+    settings = TrainSettings(
+        seed=a.seed,
+        target_steps=a.target_steps,
+        drafter_steps=a.drafter_steps,
+        batch=a.batch,
+        length=a.length,
+        lr=a.lr,
+        drafter_length=a.drafter_length,
+        extend_length=a.extend_length,
+        extend_steps=a.extend_steps,
+        extend_batch=a.extend_batch,
+        extend_lr=a.extend_lr,
+        block_steps=a.block_steps,
+        block_lr=a.block_lr,
+    )
     if a.block_from:
         log = train_block_head(a.block_from, a.out, settings)
         print(f"done in {log['seconds']:.0f} s: block head loss {log['drafter_block_loss'][-1][1]:.3f}")
@@ -300,7 +400,10 @@ def main(argv=None) -> int:
         print(f"done in {log['seconds']:.0f} s: extended target loss {log['target_extend_loss'][-1][1]:.3f}")
         return 0
     log = train(a.out, settings)
-    print(f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss {log['drafter_loss'][-1][1]:.3f}, block head loss {log['drafter_block_loss'][-1][1]:.3f}")
+    print(
+        f"done in {log['seconds']:.0f} s: target loss {log['target_loss'][-1][1]:.3f}, drafter loss "
+        f"{log['drafter_loss'][-1][1]:.3f}, block head loss {log['drafter_block_loss'][-1][1]:.3f}"
+    )
     return 0
 
 

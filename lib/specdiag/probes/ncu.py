@@ -15,7 +15,17 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["DEFAULT_METRICS", "TENSOR_METRIC_CANDIDATES", "ncu_command", "parse_ncu_csv", "run_ncu", "available_metrics", "pick_tensor_metric", "add_fractions", "slim"]
+__all__ = [
+    "DEFAULT_METRICS",
+    "TENSOR_METRIC_CANDIDATES",
+    "ncu_command",
+    "parse_ncu_csv",
+    "run_ncu",
+    "available_metrics",
+    "pick_tensor_metric",
+    "add_fractions",
+    "slim",
+]
 
 TENSOR_METRIC_CANDIDATES = (
     "sm__pipe_tensor_cycles_active.avg",
@@ -29,7 +39,19 @@ DEFAULT_METRICS = (
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
 )
-_ID_COLUMNS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC")
+_ID_COLUMNS = (
+    "ID",
+    "Process ID",
+    "Process Name",
+    "Host Name",
+    "Kernel Name",
+    "Context",
+    "Stream",
+    "Block Size",
+    "Grid Size",
+    "Device",
+    "CC",
+)
 
 
 def find_ncu() -> str:
@@ -39,8 +61,27 @@ def find_ncu() -> str:
     return exe
 
 
-def ncu_command(argv: list[str], kernel_regex: str | None = None, metrics=DEFAULT_METRICS, ncu: str | None = None, python: str | None = None) -> list[str]:
-    cmd = [ncu or find_ncu(), "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(metrics)]
+def ncu_command(
+    argv: list[str],
+    kernel_regex: str | None = None,
+    metrics=DEFAULT_METRICS,
+    ncu: str | None = None,
+    python: str | None = None,
+) -> list[str]:
+    cmd = [
+        ncu or find_ncu(),
+        "--clock-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--metrics",
+        ",".join(metrics),
+    ]
     if kernel_regex:
         cmd += ["-k", f"regex:{kernel_regex}"]
     return cmd + [python or sys.executable, *argv]
@@ -104,7 +145,11 @@ def add_fractions(df, tensor_metric: str | None = None):
 def slim(df):
     """Only the launch identity, the requested metrics' roll-ups, duration and the fractions
     (``--page raw`` also lists every device attribute)."""
-    keep = [c for c in df.columns if c in _ID_COLUMNS or c.startswith(("sm__", "gr__", "dram__", "gpu__time_duration")) or c == "tensor_pipe_frac"]
+    keep = [
+        c
+        for c in df.columns
+        if c in _ID_COLUMNS or c.startswith(("sm__", "gr__", "dram__", "gpu__time_duration")) or c == "tensor_pipe_frac"
+    ]
     return df[keep]
 
 
@@ -113,7 +158,9 @@ def available_metrics(ncu: str | None = None) -> set[str]:
     res = subprocess.run([ncu or find_ncu(), "--query-metrics"], capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"ncu --query-metrics failed: {res.stderr.strip()[-500:]}")
-    return {line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith(("-", "Device", "Metric"))}
+    return {
+        line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith(("-", "Device", "Metric"))
+    }
 
 
 def pick_tensor_metric(known: set[str]) -> str:
@@ -123,7 +170,9 @@ def pick_tensor_metric(known: set[str]) -> str:
     raise RuntimeError(f"none of the tensor-pipe metrics {TENSOR_METRIC_CANDIDATES} is known to this ncu/GPU")
 
 
-def run_ncu(argv: list[str], kernel_regex: str | None = None, metrics=None, ncu: str | None = None, timeout: int = 600, env=None):
+def run_ncu(
+    argv: list[str], kernel_regex: str | None = None, metrics=None, ncu: str | None = None, timeout: int = 600, env=None
+):
     """Profile ``python argv...`` and return (DataFrame with fractions, raw stdout)."""
     if metrics is None:
         metrics = list(DEFAULT_METRICS)

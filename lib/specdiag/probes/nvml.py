@@ -31,8 +31,16 @@ _FI_POWER_AVERAGE = 185  # NVML_FI_DEV_POWER_AVERAGE (mW, 1 s average)
 _FI_POWER_INSTANT = 186  # NVML_FI_DEV_POWER_INSTANT (mW)
 
 COLUMNS = [
-    "t_s", "gpu", "util_gpu_pct", "util_mem_pct", "power_w", "power_avg_w", "power_limit_w",
-    "sm_clock_mhz", "mem_clock_mhz", *GPM_METRICS,
+    "t_s",
+    "gpu",
+    "util_gpu_pct",
+    "util_mem_pct",
+    "power_w",
+    "power_avg_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    *GPM_METRICS,
 ]
 
 
@@ -80,7 +88,13 @@ class NvmlBackend:
         get("util", util)
         get("power", power)
         get("power_limit_w", lambda: {"power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0})
-        get("clocks", lambda: {"sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)), "mem_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))})
+        get(
+            "clocks",
+            lambda: {
+                "sm_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                "mem_clock_mhz": float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            },
+        )
         return vals, bad
 
     def gpm_supported(self, i: int) -> tuple[bool, str]:
@@ -104,7 +118,10 @@ class NvmlBackend:
         for k, mid in enumerate(GPM_METRICS.values()):
             req.metrics[k].metricId = mid
         nv.nvmlGpmMetricsGet(req)
-        return {name: (req.metrics[k].value if req.metrics[k].nvmlReturn == 0 else math.nan) for k, name in enumerate(GPM_METRICS)}
+        return {
+            name: (req.metrics[k].value if req.metrics[k].nvmlReturn == 0 else math.nan)
+            for k, name in enumerate(GPM_METRICS)
+        }
 
     def gpm_free(self, s) -> None:
         self.nv.nvmlGpmSampleFree(s)

@@ -1,6 +1,6 @@
 """Notebook 02's measurement: the three workloads under the NVML sampler and under ncu.
 
-    python -m specdiag.probes.study --out data/probes_h200.json
+python -m specdiag.probes.study --out data/probes_h200.json
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from .workloads import KERNEL_REGEX, WORKLOADS, make_workload, run_for
 __all__ = ["collect"]
 
 
-def collect(seconds: float = 3.0, period_s: float = 0.05, context: int = 131072, ncu: bool = True, progress=print) -> dict:
+def collect(
+    seconds: float = 3.0, period_s: float = 0.05, context: int = 131072, ncu: bool = True, progress=print
+) -> dict:
     """Idle, then each workload for ``seconds`` under the sampler; then one ncu pass each."""
     import torch
 
-    from ..bench import machine_metadata
+    from ..machine import machine_metadata
 
     fns = {name: make_workload(name, context=context) for name in WORKLOADS}
     for fn in fns.values():  # compile / warm up outside the sampled window
@@ -55,10 +57,16 @@ def collect(seconds: float = 3.0, period_s: float = 0.05, context: int = 131072,
         doc["ncu"], doc["ncu_raw"] = {}, {}
         for name in WORKLOADS:
             try:
-                df, raw = ncu_mod.run_ncu(["-m", "specdiag.probes.workloads", name, "--iters", "1", "--context", str(context)], kernel_regex=KERNEL_REGEX[name])
+                df, raw = ncu_mod.run_ncu(
+                    ["-m", "specdiag.probes.workloads", name, "--iters", "1", "--context", str(context)],
+                    kernel_regex=KERNEL_REGEX[name],
+                )
                 doc["ncu"][name] = json.loads(ncu_mod.slim(df).to_json(orient="records"))
                 doc["ncu_raw"][name] = raw[-20000:]
-                progress(f"ncu {name}: {len(df)} kernel(s), tensor-pipe fraction {df['tensor_pipe_frac'].round(4).tolist() if 'tensor_pipe_frac' in df else 'n/a'}")
+                progress(
+                    f"ncu {name}: {len(df)} kernel(s), tensor-pipe fraction "
+                    f"{df['tensor_pipe_frac'].round(4).tolist() if 'tensor_pipe_frac' in df else 'n/a'}"
+                )
             except Exception as e:  # record why, keep the sampler data
                 doc["ncu"][name] = {"error": str(e)[-2000:]}
                 progress(f"ncu {name} failed: {e}")

@@ -8,14 +8,15 @@
 
 ``python -m specdiag.probes.workloads NAME --iters N`` builds the inputs, warms up, then runs
 N iterations inside a CUDA profiler range (what ``probes.ncu`` profiles, or ncu by hand:
-``ncu --kernel-name regex:tree_verify_partial python -m specdiag.probes.workloads native --impl wgmma``).
+``ncu --kernel-name regex:tree_verify_partial python -m specdiag.probes.workloads native --impl mma``).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+
+from ..cost import SOFTMAX_SCALE
 
 __all__ = ["WORKLOADS", "make_workload", "KERNEL_REGEX"]
 
@@ -23,7 +24,7 @@ WORKLOADS = ("baseline", "native", "gemm")
 KERNEL_REGEX = {"baseline": "_extend_fwd_kernel", "native": "tree_verify_partial", "gemm": "."}
 
 
-def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0, impl: str = "auto", tma: bool = False):
+def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int = 9, seed: int = 0, impl: str = "auto"):
     """Build inputs on the GPU and return a zero-argument callable that launches one step."""
     import torch
 
@@ -33,20 +34,21 @@ def make_workload(name: str, context: int = 131072, heads: int = 8, nodes: int =
         raise ValueError(f"unknown workload {name!r}; choose from {WORKLOADS}")
     if not torch.cuda.is_available():
         raise RuntimeError("workloads need a CUDA GPU")
-    scale = 1 / math.sqrt(192)
     if name == "gemm":
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
         return lambda: a @ b
-    x, _ = make_verify_inputs([context], nodes, heads, page_size=1 if name == "baseline" else 64, seed=seed, device="cuda")
+    x, _ = make_verify_inputs(
+        [context], nodes, heads, page_size=1 if name == "baseline" else 64, seed=seed, device="cuda"
+    )
     if name == "baseline":
         from ..attention.triton_extend import extend_attention_fwd, prepare_extend_inputs
 
         prep = prepare_extend_inputs(**x)
-        return lambda: extend_attention_fwd(prep, scale)
+        return lambda: extend_attention_fwd(prep, SOFTMAX_SCALE)
     from ..attention.native import NativeTreeVerify
 
-    op = NativeTreeVerify(**x, scale=scale, impl=impl, tma=tma)
+    op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl)
     return op.run
 
 
@@ -66,7 +68,7 @@ def run_for(fn, seconds: float) -> int:
 
 
 def main(argv=None) -> int:
-    from ..attention.native import IMPLS
+    from ..attention.registry import KERNELS
 
     ap = argparse.ArgumentParser(prog="python -m specdiag.probes.workloads")
     ap.add_argument("name", choices=WORKLOADS)
@@ -74,12 +76,11 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=131072)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--nodes", type=int, default=9)
-    ap.add_argument("--impl", default="auto", choices=["auto", *IMPLS], help="native: which kernel")
-    ap.add_argument("--tma", action="store_true", help="native, wgmma: load contiguous tiles by TMA")
+    ap.add_argument("--impl", default="auto", choices=["auto", *KERNELS], help="native: which kernel")
     a = ap.parse_args(argv)
     import torch
 
-    fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl, tma=a.tma)
+    fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

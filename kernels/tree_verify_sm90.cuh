@@ -1,11 +1,11 @@
-// Shared by the Hopper kernels (tree_verify_mla_wgmma.cu, _ws, _ws64, _t, _seesaw): the
-// 128-byte-swizzled tile layout both TMA and wgmma use, wgmma shared-memory descriptors, 16-byte
-// cp.async tile loads, proxy fences, named barriers and the wgmma instructions themselves.
-// Host-callable layout helpers (TVG_HD) so tests/cuda/wgmma_layout_check.cu checks them on a CPU.
+// Hopper (sm_90a) building blocks of tree_verify_wgmma.cu and tree_verify_seesaw.cu: the
+// 128-byte-swizzled tile layout that both cp.async writes and wgmma reads, wgmma shared-memory
+// descriptors, 16-byte cp.async tile loads, mbarriers, named barriers, and the wgmma instructions.
+// The layout helpers are host-callable (TVG_HD): tests/cuda/wgmma_layout_check.cu checks them on a CPU.
 //
-// Tile layout: a tile of `rows` 576-wide bf16 token rows is 9 column blocks of 64 head dims;
-// in a block, token row r is 128 contiguous bytes at r * 128 with its 16-byte chunk c stored at
-// chunk position c ^ (r % 8); every block starts 1024-byte aligned.
+// Tile layout: a tile of `rows` 576-wide bf16 token rows is 9 column blocks of 64 head dims; in a
+// block, token row r is 128 contiguous bytes at r * 128 with its 16-byte chunk c stored at chunk
+// position c ^ (r % 8); every block starts 1024-byte aligned.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -48,7 +48,7 @@ TVG_HD constexpr uint64_t mn_desc(uint32_t tile_base, int rows, int block, int k
   return make_desc(tile_base + block * rows * 128 + 16 * kk * 128, rows * 128, 1024);
 }
 
-// The 64-key tiles' P (tree_verify_mla_ws64.cu, tree_verify_mla_seesaw.cu): P [64 rows][64 keys]
+// The 64-key tiles' P (tree_verify_seesaw.cu): P [64 rows][64 keys]
 // bf16 in 8-row x 16-byte core matrices (no swizzle, 8192 bytes): chunk c (keys 8 c ..) of row r
 // at (r / 8) * 1024 + c * 128 + (r % 8) * 16. Where a thread's P values of 8-key group nt go:
 // row r, keys 8 nt + 2 t4 and + 1 (4 bytes)
@@ -69,22 +69,20 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // generic-proxy shared-memory writes (cp.async, st.shared) before wgmma reads them (async proxy)
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void st_shared_zero16(uint32_t dst) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0) : "memory");
-}
 __device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
-// named barrier `id` (1..15; 0 is __syncthreads) over `count` threads: arrive does not wait
+// Named barriers (ids 1..15; 0 is __syncthreads), every kernel's in this one list.
+enum NamedBarrier : int {
+  kBarEmpty0 = 1,  // seesaw: stage 0 free (math warpgroups arrive, the loader waits)
+  kBarEmpty1 = 2,  // seesaw: stage 1 free
+  kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
+  kBarP1 = 4,      // seesaw: the same for an odd tile
+  kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
+};
+// named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
-// bar.sync that also returns the OR of `pred` over the `count` threads
-__device__ __forceinline__ bool bar_red_or(int id, int count, bool pred) {
-  uint32_t r;
-  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-               : "=r"(r) : "r"((uint32_t)pred), "r"(id), "r"(count) : "memory");
-  return r != 0;
-}
 
 // ROWS token rows into the swizzled layout at `dst` with cp.async by THREADS threads (t = this
 // thread's index among them): 9 chunks of each of its ROWS / (THREADS / 8) rows. src(i, p, bytes):
@@ -106,57 +104,25 @@ __device__ __forceinline__ void load_rows(uint32_t dst, int t, Src src) {
   }
 }
 
-// The CTA's ROWS query rows from row0 on (of R rows of D elements per request b) into Q's
-// swizzled tile at `dst` by THREADS threads (load_rows); rows past R are zero-filled.
-template <int ROWS, int THREADS, int D>
-__device__ __forceinline__ void load_q(uint32_t dst, int t, const __nv_bfloat16* __restrict__ q, int b, int R, int row0) {
-  load_rows<ROWS, THREADS>(dst, t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-    const int gr = row0 + r;
-    p = q + ((size_t)b * R + min(gr, R - 1)) * D;
-    bytes = gr < R ? 16 : 0;
-  });
-}
-
-// A key tile of ROWS rows loaded by THREADS threads (t = this thread's index among them), each
-// thread's rows load_row<THREADS>(t, i), i < ROWS / (THREADS / 8). Their pool pages are read a
-// load ahead into `pg` (tile_pages), then the rows are copied (load_paged_tile): with page size
-// 1 every row is its own page-table entry, and the read would otherwise sit in front of the
-// row's cp.async. tok0 = the tile's first key within its split's part.
+// The CTA's ROWS query rows from row0 on into Q's swizzled tile at `dst` by THREADS threads
+// (load_rows); rows past R are zero-filled.
 template <int ROWS, int THREADS>
-__device__ __forceinline__ void tile_pages(int (&pg)[ROWS / (THREADS / 8)], const tvc::SplitWork& w, int tok0, int t, int b,
-                                           int page_size, int max_pages, const int* __restrict__ page_table) {
-#pragma unroll
-  for (int i = 0; i < ROWS / (THREADS / 8); ++i) pg[i] = tvc::key_page(w, tok0 + load_row<THREADS>(t, i), b, page_size, max_pages, page_table);
-}
-template <int ROWS, int THREADS, int D>
-__device__ __forceinline__ void load_paged_tile(uint32_t dst, const int (&pg)[ROWS / (THREADS / 8)], const tvc::SplitWork& w, int tok0, int t,
-                                                int b, int T, int page_size, const __nv_bfloat16* __restrict__ kv_pool,
-                                                const __nv_bfloat16* __restrict__ tree_kv) {
-  load_rows<ROWS, THREADS>(dst, t, [&](int r, const __nv_bfloat16*& p, int& bytes) {
-    int page = pg[0];  // row r is this thread's row r / (THREADS / 8): selects, as indexing pg by r would put it in local memory
-#pragma unroll
-    for (int k = 1; k < ROWS / (THREADS / 8); ++k) page = r >= k * (THREADS / 8) ? pg[k] : page;
-    tvc::key_row_in<D>(w, tok0 + r, page, b, T, page_size, kv_pool, tree_kv, p, bytes);
+__device__ __forceinline__ void load_q(const tv::VerifyParams& p, uint32_t dst, int t, int b, int row0) {
+  load_rows<ROWS, THREADS>(dst, t, [&](int r, const __nv_bfloat16*& src, int& bytes) {
+    const int gr = row0 + r;
+    src = p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * tv::D;
+    bytes = gr < p.R ? 16 : 0;
   });
 }
 
-// The start of a two-stage key-tile ring (the wgmma_t and wgmma_ws64 loaders), after Q's
-// cp.async group: tile 0 and tile 1 (or an empty group) in a group each, and tile 2's pages read
-// into pg for the loop; returns once Q and tile 0 have landed (proxy-fenced for wgmma).
-// pages_of(tile, pg) and load_tile(tile, pg) are the kernel's tile_pages / load_paged_tile calls.
-template <int NP, class Pages, class Load>
-__device__ __forceinline__ void start_two_stages(int n, int (&pg)[NP], Pages pages_of, Load load_tile) {
-  pages_of(0, pg);
-  load_tile(0, pg);
-  cp_async_commit();
-  if (n > 1) {
-    pages_of(1, pg);
-    load_tile(1, pg);
-  }
-  cp_async_commit();
-  if (n > 2) pages_of(2, pg);
-  cp_async_wait<1>();  // Q and tile 0
-  fence_proxy_async();
+// The pool pages of this thread's rows load_row<THREADS>(t, i) of a ROWS-key tile from key tok0
+// of its split's part, read a load ahead: with page size 1 every row is its own page-table entry,
+// and the read would otherwise sit in front of the row's cp.async.
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void tile_pages(const tv::VerifyParams& p, int (&pg)[ROWS / (THREADS / 8)],
+                                           const tvc::SplitWork& w, int tok0, int t, int b) {
+#pragma unroll
+  for (int i = 0; i < ROWS / (THREADS / 8); ++i) pg[i] = tvc::key_page(p, w, tok0 + load_row<THREADS>(t, i), b);
 }
 
 // mbarriers (plain sm_90): init (one thread, then mbar_fence_init and a CTA barrier) and the

@@ -1,0 +1,317 @@
+// specdiag-arch: sm_90a
+// Hopper tree-verify partial kernel: two math warpgroups take 64-key tiles in turn (FlashMLA's
+// "seesaw" schedule) and a third issues every load; 64 query rows per CTA, 2 stages.
+//   * math warpgroup c (0 or 1) owns the tiles t with t % 2 == c: S = Q K^T (t) over all 576 dims
+//     (m64n64k16, Q and the tile from shared memory), the mask and the lazy online softmax, and it
+//     hands P (t), the row factors alpha (t) and the running max to the other;
+//   * each math warpgroup keeps half of O (columns 256 c ..) and adds P V for every tile: its own
+//     tile's P from registers, the other's from shared memory;
+//   * warpgroup 2 loads Q, then each tile into its stage once both math warpgroups are done with
+//     the tile before; a tile lands in 3 parts of 3 column blocks, each completing its own
+//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part.
+// P (t) goes where tile t's dims 512..575 were: only Q K^T (t) reads them, and P V reads dims
+// 0..511 only, so each stage carries its own P and Q plus two stages fit.
+//
+// Math warpgroup c, step for its tile t (tile t - 1 is the other's):
+//   (0) its P V (t - 2) done: arrive EMPTY (t - 2) (the loader puts tile t there);
+//   (1) wait P (t - 1): rescale O by alpha (t - 1), issue P V (t - 1), P from shared memory;
+//   (2) for each part of tile t: wait for its mbarrier, issue its 12 k-steps of Q K^T (t);
+//   (3) P V (t - 1) done: arrive EMPTY (t - 1) (the loader puts tile t + 1 there);
+//   (4) Q K^T (t) done: softmax, P (t) and the row factors into shared memory, arrive P (t);
+//   (5) rescale O by alpha (t), issue P V (t), P from registers.
+// TV_SKIP (a -D bitmask of tvsee::Skip) builds the stage ablations: results wrong by design.
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "tree_verify_common.cuh"
+#include "tree_verify_sm90.cuh"
+
+#ifndef TV_SKIP
+#define TV_SKIP 0
+#endif
+
+namespace tvsee {
+using namespace tvg;
+using tv::D;
+using tv::DV;
+
+constexpr int BN = 64;                         // keys per tile: the N of every Q K^T wgmma
+constexpr int BM = 64;                         // query rows per CTA
+constexpr int NB = D / 64;                     // column blocks of 64 head dims (9)
+constexpr int TILE_B = NB * BN * 128;          // 73728
+constexpr int Q_B = NB * BM * 128;             // 73728
+constexpr int ROPE_OFF = (NB - 1) * BN * 128;  // column block 8 (dims 512..575): P's place once Q K^T is done
+constexpr int P_B = BM * BN * 2;               // P [64 rows][64 keys] bf16
+static_assert(P_B == TILE_B - ROPE_OFF, "P fills the rope block exactly");
+constexpr int STAGES = 2;
+constexpr int WG = 128;
+constexpr int NT = 3 * WG;                     // math warpgroups 0 and 1, loader 2
+constexpr int KSTEPS = D / 16;                 // k-steps of Q K^T (36)
+constexpr int VH = DV / 2;                     // output columns per math warpgroup (256)
+constexpr int SN = BN / 2;                     // score registers per thread (32)
+// setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
+// 65536 / 384 rounded down to 8, x 384): a budget over it leaves setmaxnreg.inc waiting forever.
+constexpr int ENTRY_REGS = (65536 / NT) & ~7;  // 168
+constexpr int MATH_REGS = 200, LOAD_REGS = 104;
+static_assert(2 * MATH_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
+constexpr float RESCALE_SLACK = 8.f;           // P <= 2^8: O is rescaled only when a row's max moves more
+constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
+constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
+static_assert(NB % PARTS == 0, "whole column blocks per part");
+static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
+static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
+static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
+
+struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte address bits
+  uint8_t q[Q_B];
+  uint8_t stage[STAGES][TILE_B];  // its rope block holds the tile's P once Q K^T is done
+  float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
+  float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
+  float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
+  uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
+};
+constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
+static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
+
+// Stage ablations (TV_SKIP): Q K^T (S zeroed instead), both P V halves, the mask and softmax,
+// every tile's cp.async (the loader still arrives on each part's mbarrier).
+enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8 };
+__host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
+
+template <int V>
+struct Const {
+  static constexpr int value = V;
+};
+
+// ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----
+// where tile t's P lives in its stage (stage base + ROPE_OFF), its layout and descriptors
+TVG_HD constexpr uint32_t p_buf(uint32_t stage_base) { return stage_base + ROPE_OFF; }
+TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
+TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
+TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
+
+__device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t raw = smem_u32(smem);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  Smem& sm = *reinterpret_cast<Smem*>(smem + (base - raw));
+  const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
+  const uint32_t full0 = smem_u32(sm.full);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2;
+  const int wr = (warp & 3) * 16;  // this warp's 16 rows within the CTA's 64 (math warpgroups)
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = blockIdx.x * BM;
+  const int split = blockIdx.y, b = blockIdx.z;
+
+  const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
+  const int n = w.n_tiles;
+  const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
+  const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
+  const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
+  const auto bar_p = [](int tile) { return (tile & 1) ? kBarP1 : kBarP0; };
+
+  if (tid == 0) {
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
+    mbar_fence_init();
+  }
+  __syncthreads();  // the only CTA-wide barrier
+
+  if (wg == 2) {
+    // ------------------------------------------------ warpgroup 2: every load
+    setmaxnreg_dec<LOAD_REGS>();
+    if (n > 0) {
+      const int t = tid - 2 * WG;
+      constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
+      // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
+      // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
+      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
+        const int tok0 = (w.tile_begin + tile) * BN;
+        const __nv_bfloat16* src[ROWS_T];
+        int bytes[ROWS_T];
+#pragma unroll
+        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src[i], bytes[i]);
+#pragma unroll
+        for (int part = 0; part < PARTS; ++part) {
+#pragma unroll
+          for (int i = 0; i < ROWS_T; ++i)
+#pragma unroll
+            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
+              const int chunk = load_chunk(t, c);
+              if constexpr (runs(kSkipLoads)) cp_async16(stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk), src[i] + chunk * 8, bytes[i]);
+            }
+          cp_async_mbar_arrive(full(tile, part));
+        }
+      };
+      load_q<BM, WG>(p, sQ, t, b, row0);
+      int pg[ROWS_T];
+      pages_of(0, pg);
+      load_tile(0, pg);
+      if (n > 1) {
+        pages_of(1, pg);
+        load_tile(1, pg);
+      }
+      for (int j = 0; j + 2 < n; ++j) {
+        pages_of(j + 2, pg);
+        // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
+        // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
+        bar_sync(bar_empty(j), NT);
+        load_tile(j + 2, pg);
+      }
+      cp_async_wait<0>();
+    }
+    return;
+  }
+
+  // ------------------------------------------------ warpgroups 0 and 1: the math
+  setmaxnreg_inc<MATH_REGS>();
+  const int c = wg;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY};  // the running max after the last tile seen (both warpgroups)
+  float l_r[2] = {0.f, 0.f};              // this thread's share of the row sums of this warpgroup's tiles
+  auto fence_o = [&]() {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
+  };
+
+  // The loop runs with this warpgroup's first tile C as a compile-time constant: with t starting
+  // at a thread-derived value, ptxas takes every wgmma under a t-dependent condition as
+  // divergent and serialises them all (C7520).
+  auto math = [&](auto first) {
+    constexpr int C = decltype(first)::value;
+    float s[SN];
+    uint32_t a[BN / 16][4];  // P (t) as the A fragments of P V
+    float alpha[2];
+    // (1) the other warpgroup's tile u: O rescaled by its factor, our half of its P V
+    auto other_tile = [&](int u) {
+      // the owner arrives P (u + 2) only after tile u + 2 landed, which needs our EMPTY (u) in (3)
+      bar_sync(bar_p(u), 2 * WG);
+      fence_proxy_async();  // (the tile's V reached us through the owner's barriers)
+      const float* al = &sm.alpha[u & 1][wr + g];
+      const float* mx = &sm.max[u & 1][wr + g];
+      const float au[2] = {al[0], al[8]};
+      m_r[0] = mx[0];
+      m_r[1] = mx[8];
+      l_r[0] *= au[0];
+      l_r[1] *= au[1];
+      if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
+    };
+    for (int t = C; t < n; t += 2) {
+      // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
+      // unconditional so that ptxas sees O idle from here on, whichever the tile)
+      wgmma_wait<0>();
+      fence_o();
+      if (t >= 2) bar_arrive(bar_empty(t), NT);
+      if (t >= 1) other_tile(t - 1);
+      wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
+      // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
+#pragma unroll
+      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+#pragma unroll
+      for (int part = 0; part < PARTS; ++part) {
+        mbar_wait(full(t, part), (t >> 1) & 1);
+        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+        wgmma_fence();
+#pragma unroll
+        for (int ks = part * 4 * PART_BLOCKS; ks < (part + 1) * 4 * PART_BLOCKS; ++ks)
+          if constexpr (runs(kSkipQK)) {
+            wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
+          } else if (ks == 0) {
+            for (int i = 0; i < SN; ++i) s[i] = 0.f;
+          }
+      }
+      wgmma_commit();
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
+      fence_o();
+      if (t >= 1 && t + 1 < n) bar_arrive(bar_empty(t - 1), NT);
+      // (4) the softmax of tile t
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+      fence_o();
+      if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
+#pragma unroll
+        for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
+      } else if constexpr (runs(kSkipSoftmax)) {
+        tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
+      }
+      bool rescale = false;
+      if constexpr (runs(kSkipSoftmax)) {
+        rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);
+      } else {
+        alpha[0] = alpha[1] = 1.f;
+      }
+      if (t4 == 0) {
+        float* al = &sm.alpha[t & 1][wr + g];
+        float* mx = &sm.max[t & 1][wr + g];
+        al[0] = alpha[0];
+        al[8] = alpha[1];
+        mx[0] = m_r[0];
+        mx[8] = m_r[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(a[kk], s, kk);
+      const uint32_t pb = p_buf(stage(t));  // Q K^T (t), the rope block's only reader, is done
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        st_shared_u32(pb + p_offset(wr + g, nt, t4), a[nt >> 1][2 * (nt & 1)]);
+        st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), a[nt >> 1][2 * (nt & 1) + 1]);
+      }
+      fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
+      bar_arrive(bar_p(t), 2 * WG);
+      // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
+      if (rescale) tvc::rescale_rows(o, alpha);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_o();
+    if (((n - 1) & 1) != C) {  // the last tile is the other's: our half of its P V
+      other_tile(n - 1);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_o();
+    }
+  };
+  if (n > 0) {
+    if (c == 0)
+      math(Const<0>{});
+    else
+      math(Const<1>{});
+  }
+
+  // ---- epilogue: the whole row sums (both warpgroups' tiles), normalised partial output and its
+  // lse (natural log); an empty split: m = -inf, l = 0 ----
+  tvc::quad_sum_rows(l_r);
+  if (t4 == 0) {  // (m_r is the same in both warpgroups: the max after the last tile)
+    sm.sum[c][wr + g] = l_r[0];
+    sm.sum[c][wr + g + 8] = l_r[1];
+  }
+  bar_sync(kBarMath, 2 * WG);
+  const float* other = &sm.sum[c ^ 1][wr + g];
+  l_r[0] += other[0];
+  l_r[1] += other[8];
+  tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+}
+
+}  // namespace tvsee
+
+#ifndef TV_LAYOUT_ONLY
+TV_EXPORT_CONFIG(tvsee::NT, tvsee::BM, tvsee::BN, tvsee::SMEM_BYTES)
+
+extern "C" __global__ void __launch_bounds__(tvsee::NT, 1) tree_verify_partial_seesaw(const __grid_constant__ tv::VerifyParams p) {
+  tvsee::verify_partial(p);
+}
+#endif  // TV_LAYOUT_ONLY

@@ -1,0 +1,112 @@
+"""Launch planning for the split-KV kernels: how many CTAs take each request's prefix and tree
+block, and how many groups the merge uses. Pure arithmetic, no GPU."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["LaunchPlan", "plan_launch", "plan_makespan", "merge_groups", "CTA_OVERHEAD_TILES", "TILE_UNIT"]
+
+# A CTA's fixed cost (Q load, pipeline fill, epilogue, its share of the merge) in 32-key tile
+# times, and what a tree CTA (a few tiles, launched last) adds past its own tiles: fitted to the
+# H200 tuning run (data/native_tune_h200.json), whose time ratios plan_makespan reproduces
+# within 5% (tests/test_native.py).
+TILE_UNIT = 32
+CTA_OVERHEAD_TILES = 7
+TREE_CTA_OVERHEAD_TILES = 1
+MERGE_GROUPS_MIN_SPLITS = 16
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    m_tiles: int  # query tiles (CTAs per split) per request
+    n_prefix_splits: int
+    prefix_tiles_per_split: int
+    n_tree_splits: int
+    tree_tiles_per_split: int
+    bn: int  # keys per tile (the unit of the tile counts)
+    rows_per_cta: int
+
+    @property
+    def splits(self) -> int:
+        return self.n_prefix_splits + self.n_tree_splits
+
+
+def plan_makespan(
+    m_ctas: int,
+    prefix_tiles: int,
+    per: int,
+    tree_ctas: int,
+    tree_per: int,
+    num_sms: int,
+    overhead: float = CTA_OVERHEAD_TILES,
+    tree_overhead: float = TREE_CTA_OVERHEAD_TILES,
+) -> float:
+    """Estimated kernel time in key-tile times: one CTA per SM, prefix CTAs in waves of
+    ``num_sms``, tree CTAs (launched last, short) filling the last wave's idle SMs first."""
+    prefix_ctas = m_ctas * math.ceil(prefix_tiles / per) if prefix_tiles else 0
+    waves = math.ceil(prefix_ctas / num_sms)
+    free = waves * num_sms - prefix_ctas
+    extra = 0 if tree_ctas <= free else math.ceil((tree_ctas - free) / num_sms) * (tree_per + tree_overhead)
+    return waves * (per + overhead) + extra
+
+
+def _tree_per(tree_tiles: int, per: int, prefix_tiles: int) -> int:
+    return min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
+
+
+def plan_launch(
+    rows: int,
+    nodes: int,
+    max_prefix: int,
+    batch: int,
+    num_sms: int,
+    prefix_splits: int | None = None,
+    *,
+    rows_per_cta: int = 64,
+    bn: int = TILE_UNIT,
+) -> LaunchPlan:
+    """Split-KV plan for ``rows`` query rows per request (``rows_per_cta`` to a CTA) and tiles of
+    ``bn`` keys: the prefix split count minimises ``plan_makespan`` (whole waves of CTAs, each
+    split long enough to pay for a CTA's fixed cost) unless ``prefix_splits`` is given."""
+    if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
+        raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
+    if prefix_splits is not None and prefix_splits < 1:
+        raise ValueError(f"prefix_splits must be >= 1, got {prefix_splits}")
+    if rows_per_cta < 1 or bn < 1:
+        raise ValueError(f"rows_per_cta and bn must be >= 1, got {rows_per_cta}, {bn}")
+    m_tiles = math.ceil(rows / rows_per_cta)
+    m_ctas = m_tiles * batch
+    prefix_tiles = math.ceil(max_prefix / bn)
+    tree_tiles = math.ceil(nodes / bn)
+    overhead = CTA_OVERHEAD_TILES * TILE_UNIT / bn
+    if prefix_tiles == 0:
+        n_prefix, per = 0, 1
+    else:
+        if prefix_splits is not None:
+            candidates = [min(prefix_splits, prefix_tiles)]
+        else:  # enough to fill 8 waves; beyond that a CTA's fixed cost only grows the total
+            candidates = range(1, min(prefix_tiles, max(1, 8 * num_sms // m_ctas)) + 1)
+        best = None
+        for n in candidates:
+            p = math.ceil(prefix_tiles / n)
+            tp = _tree_per(tree_tiles, p, prefix_tiles)
+            cost = plan_makespan(
+                m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms, overhead=overhead
+            )
+            if best is None or cost < best[0]:
+                best = (cost, p)
+        per = best[1]
+        n_prefix = math.ceil(prefix_tiles / per)
+    tree_per = _tree_per(tree_tiles, per, prefix_tiles)
+    n_tree = math.ceil(tree_tiles / tree_per)
+    return LaunchPlan(m_tiles, n_prefix, per, n_tree, tree_per, bn=bn, rows_per_cta=rows_per_cta)
+
+
+def merge_groups(splits: int) -> int:
+    """Split groups of the merge (its grid's z): 4 from 16 splits on (a row's 512 columns over 4
+    CTAs, each walking a quarter of the splits: more loads in flight), else 1."""
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    return 4 if splits >= MERGE_GROUPS_MIN_SPLITS else 1

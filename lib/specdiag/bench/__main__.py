@@ -1,0 +1,84 @@
+"""python -m specdiag.bench MODE --out FILE: record a measurement on this GPU (with its metadata)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..attention.registry import KERNELS
+from ..cost import LAYERS, SOFTMAX_SCALE
+from ..data import save
+from ..machine import gpu_available
+
+MODES = {
+    "check": "one kernel against the float64 reference",
+    "sweep": "time implementations per context x heads x tree",
+    "ceilings": "copy bandwidth and bf16 GEMM rate",
+    "tune": "one kernel at 1, 2, 4 waves of split CTAs",
+    "ablate": "a kernel with each stage left out",
+}
+
+
+def main(argv=None) -> int:
+    from . import timing
+
+    ap = argparse.ArgumentParser(
+        prog="python -m specdiag.bench",
+        description=__doc__,
+        epilog="modes: " + "; ".join(f"{k}: {v}" for k, v in MODES.items()),
+    )
+    ap.add_argument("mode", choices=list(MODES))
+    ap.add_argument("--out", required=True, help="the result file (JSON)")
+    ap.add_argument("--impl", default="auto", choices=["auto", *KERNELS], help="check, tune, ablate: which kernel")
+    ap.add_argument(
+        "--impls",
+        default="native_auto,native_auto_ps1,triton,torch",
+        help=f"sweep: any of {', '.join(timing.SWEEP_IMPLS)}",
+    )
+    ap.add_argument("--contexts", default=None, help="sweep: comma-separated prefix lengths (default: the full sweep)")
+    ap.add_argument("--heads", default=None, help="sweep: comma-separated head counts")
+    ap.add_argument("--trees", default=None, help="sweep: comma-separated tree sizes (nodes, root included)")
+    ap.add_argument("--quick", action="store_true", help="sweep: a few contexts only")
+    ap.add_argument("--rep-ms", type=float, default=60.0)
+    a = ap.parse_args(argv)
+    if not gpu_available():
+        print("no CUDA GPU: the benchmarks need one (notebooks fall back to the recordings in data/)", file=sys.stderr)
+        return 2
+    if a.mode == "check":
+        from .checks import check_native, passed
+
+        res = check_native(impl=a.impl)
+        for r in res:
+            print(r)
+        save(a.out, "native_check", {"results": res})
+        bad = [r for r in res if not passed(r)]
+        print(f"{len(res) - len(bad)} passed, {len(bad)} failed")
+        return 1 if bad else 0
+    if a.mode == "tune":
+        save(a.out, "native_tune", {"rows": timing.tune(impl="mma" if a.impl == "auto" else a.impl, rep_ms=a.rep_ms)})
+        return 0
+    if a.mode == "ablate":
+        from .ablation import ablate
+
+        save(a.out, "native_ablation", {"rows": ablate(impl="wgmma_seesaw" if a.impl == "auto" else a.impl)})
+        return 0
+    ceilings = timing.measure_ceilings()
+    print(ceilings)
+    if a.mode == "ceilings":
+        save(a.out, "ceilings", {"ceilings": ceilings})
+        return 0
+    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
+    contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else timing.SWEEP_CONTEXTS)
+    rows = timing.context_sweep(
+        contexts=contexts,
+        heads=ints(a.heads, timing.SWEEP_HEADS),
+        trees=ints(a.trees, timing.SWEEP_TREES),
+        impls=tuple(a.impls.split(",")),
+        rep_ms=a.rep_ms,
+    )
+    save(a.out, "context_sweep", {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
