@@ -32,6 +32,7 @@ struct Smem {
   __nv_bfloat16 k[STAGES][BN][DP];
   float s[NW][16][SS];  // each warp's partial S for its partner
 };
+constexpr int SMEM_BYTES = sizeof(Smem);
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -166,8 +167,4 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 
 }  // namespace tvmma
 
-TV_EXPORT_CONFIG(tvmma::NT, tvmma::BM, tvmma::BN, sizeof(tvmma::Smem))
-
-extern "C" __global__ void __launch_bounds__(tvmma::NT, 1) tree_verify_partial_mma(const __grid_constant__ tv::VerifyParams p) {
-  tvmma::verify_partial(p);
-}
+TV_DEFINE_PARTIAL_KERNEL(tvmma, tree_verify_partial_mma)

@@ -39,3 +39,11 @@ struct VerifyParams {
 // shared memory in bytes.
 #define TV_EXPORT_CONFIG(THREADS, ROWS, KEYS, SMEM) \
   extern "C" __device__ const int tv_config[4] = {(THREADS), (ROWS), (KEYS), (int)(SMEM)};
+
+// A partial kernel's entry point: NS::verify_partial on NS::NT threads (one CTA per SM), with the
+// module's exported launch shape.
+#define TV_DEFINE_PARTIAL_KERNEL(NS, ENTRY)                                                       \
+  TV_EXPORT_CONFIG(NS::NT, NS::BM, NS::BN, NS::SMEM_BYTES)                                        \
+  extern "C" __global__ void __launch_bounds__(NS::NT, 1) ENTRY(const __grid_constant__ tv::VerifyParams p) { \
+    NS::verify_partial(p);                                                                        \
+  }

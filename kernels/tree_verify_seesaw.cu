@@ -91,10 +91,7 @@ TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t raw = smem_u32(smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  Smem& sm = *reinterpret_cast<Smem*>(smem + (base - raw));
+  Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
 
@@ -309,9 +306,5 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 }  // namespace tvsee
 
 #ifndef TV_LAYOUT_ONLY
-TV_EXPORT_CONFIG(tvsee::NT, tvsee::BM, tvsee::BN, tvsee::SMEM_BYTES)
-
-extern "C" __global__ void __launch_bounds__(tvsee::NT, 1) tree_verify_partial_seesaw(const __grid_constant__ tv::VerifyParams p) {
-  tvsee::verify_partial(p);
-}
+TV_DEFINE_PARTIAL_KERNEL(tvsee, tree_verify_partial_seesaw)
 #endif  // TV_LAYOUT_ONLY

@@ -72,6 +72,15 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
+// The dynamic shared memory as a Smem struct, its base rounded up to 1024 bytes (the swizzle pattern
+// is keyed to 1024-byte address bits; the host adds the slack).
+template <class Smem>
+__device__ __forceinline__ Smem& aligned_smem() {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t raw = smem_u32(smem);
+  return *reinterpret_cast<Smem*>(smem + (((raw + 1023u) & ~1023u) - raw));
+}
+
 // Named barriers (ids 1..15; 0 is __syncthreads), every kernel's in this one list.
 enum NamedBarrier : int {
   kBarEmpty0 = 1,  // seesaw: stage 0 free (math warpgroups arrive, the loader waits)

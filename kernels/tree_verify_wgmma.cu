@@ -51,10 +51,7 @@ TVG_HD constexpr uint64_t qk_desc(uint32_t tile_base, int rows, int half, int ks
 TVG_HD constexpr uint64_t pv_desc(uint32_t tile_base, int half, int kk) { return mn_desc(tile_base, BN, half * (VH / 64), kk); }
 
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t raw = smem_u32(smem);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  Smem& sm = *reinterpret_cast<Smem*>(smem + (base - raw));
+  Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.k);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -172,9 +169,5 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 }  // namespace tvw
 
 #ifndef TV_LAYOUT_ONLY
-TV_EXPORT_CONFIG(tvw::NT, tvw::BM, tvw::BN, tvw::SMEM_BYTES)
-
-extern "C" __global__ void __launch_bounds__(tvw::NT, 1) tree_verify_partial_wgmma(const __grid_constant__ tv::VerifyParams p) {
-  tvw::verify_partial(p);
-}
+TV_DEFINE_PARTIAL_KERNEL(tvw, tree_verify_partial_wgmma)
 #endif  // TV_LAYOUT_ONLY
