@@ -56,10 +56,15 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
+// tok / page_size for 0 <= tok < 2^31, by the host's multiplier (a division per row slowed the loaders).
+__device__ __forceinline__ int page_of(const VerifyParams& p, int tok) {
+  return (int)((__umulhi((uint32_t)tok, p.page_magic) + (uint32_t)tok) >> p.page_shift);
+}
+
 // The pool page of prefix key `tok` (clamped into the prefix; 0 for tree keys, which have none).
 __device__ __forceinline__ int key_page(const VerifyParams& p, const SplitWork& w, int tok, int b) {
   const int tk = tok < w.kv_len ? tok : 0;
-  return w.is_tree ? 0 : __ldg(p.page_table + (size_t)b * p.max_pages + tk / p.page_size);
+  return w.is_tree ? 0 : __ldg(p.page_table + (size_t)b * p.max_pages + page_of(p, tk));
 }
 
 // Where key `tok` of this split's part starts, given its page (key_page), and the cp.async byte
@@ -70,7 +75,7 @@ __device__ __forceinline__ void key_row_in(const VerifyParams& p, const SplitWor
   const bool ok = tok < w.kv_len;
   const int tk = ok ? tok : 0;
   src = w.is_tree ? p.tree_kv + ((size_t)b * p.T + tk) * tv::D
-                  : p.kv_pool + ((size_t)page * p.page_size + (tk % p.page_size)) * tv::D;
+                  : p.kv_pool + ((size_t)page * p.page_size + (tk - page_of(p, tk) * p.page_size)) * tv::D;
   bytes = ok ? 16 : 0;
 }
 

@@ -24,6 +24,8 @@ struct VerifyParams {
   int T;                         // tree nodes per request
   int H;                         // query heads
   int page_size;                 // tokens per pool page
+  uint32_t page_magic;           // n / page_size == (umulhi(n, page_magic) + n) >> page_shift for 0 <= n < 2^31
+  int page_shift;                //   (specdiag.attention.native.page_divider; no division in the loaders)
   int max_pages;                 // page_table columns
   int n_prefix_splits;           // splits over the prefix (blockIdx.y below it), then tree splits
   int prefix_tiles_per_split;    // key tiles per prefix split

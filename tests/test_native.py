@@ -180,6 +180,24 @@ def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     assert "all checks passed" in run.stdout
 
 
+def test_page_divider_matches_integer_division():
+    """The kernels find a key's page by multiply and shift (tv::page_of) with the host's constants:
+    every token index a kernel can see (0 <= n < 2^31) must land on n // page_size."""
+    from specdiag.attention.native import page_divider
+
+    g = torch.Generator().manual_seed(0)
+    samples = torch.randint(0, 2**31 - 1, (2000,), generator=g).tolist()
+    for d in [*range(1, 300), 1000, 4096, 65535, 2**20 + 7, 2**31 - 1]:
+        magic, shift = page_divider(d)
+        assert 0 < magic < 2**32 and 0 <= shift <= 31
+        for n in [0, 1, d - 1, d, d + 1, 2 * d - 1, 2**31 - 1, *samples[d % 7 :: 97]]:
+            if 0 <= n < 2**31:
+                assert (((n * magic) >> 32) + n) >> shift == n // d, (d, n)
+    for bad in (0, -1, 2**31):
+        with pytest.raises(ValueError, match="page_size"):
+            page_divider(bad)
+
+
 def test_parse_ptxas_report():
     report = """ptxas info    : Compiling entry function 'k1' for 'sm_90'
 ptxas info    : Function properties for k1

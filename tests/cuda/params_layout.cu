@@ -22,6 +22,8 @@ int main() {
   FIELD(T);
   FIELD(H);
   FIELD(page_size);
+  FIELD(page_magic);
+  FIELD(page_shift);
   FIELD(max_pages);
   FIELD(n_prefix_splits);
   FIELD(prefix_tiles_per_split);

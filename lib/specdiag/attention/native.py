@@ -17,44 +17,40 @@ from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 from .plan import merge_groups, plan_launch
 from .registry import KERNELS, MERGE, resolve_impl
 
-__all__ = ["NativeTreeVerify", "VerifyParams", "tree_verify_attention_native"]
+__all__ = ["NativeTreeVerify", "VerifyParams", "page_divider", "tree_verify_attention_native"]
+
+
+_I32, _U32, _PTR = ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p
+_POINTERS = ("q", "kv_pool", "page_table", "prefix_lens", "tree_kv", "tree_mask", "o_part", "lse_part", "out", "lse")
 
 
 class VerifyParams(ctypes.Structure):
     """Mirror of ``tv::VerifyParams`` (kernels/tree_verify_params.cuh); shapes and dtypes there."""
 
     _fields_ = [
-        *(
-            (name, ctypes.c_void_p)
-            for name in (
-                "q",
-                "kv_pool",
-                "page_table",
-                "prefix_lens",
-                "tree_kv",
-                "tree_mask",
-                "o_part",
-                "lse_part",
-                "out",
-                "lse",
-            )
-        ),
-        *(
-            (name, ctypes.c_int32)
-            for name in (
-                "R",
-                "T",
-                "H",
-                "page_size",
-                "max_pages",
-                "n_prefix_splits",
-                "prefix_tiles_per_split",
-                "tree_tiles_per_split",
-                "NS",
-            )
-        ),
+        *((name, _PTR) for name in _POINTERS),
+        ("R", _I32),
+        ("T", _I32),
+        ("H", _I32),
+        ("page_size", _I32),
+        ("page_magic", _U32),
+        ("page_shift", _I32),
+        ("max_pages", _I32),
+        ("n_prefix_splits", _I32),
+        ("prefix_tiles_per_split", _I32),
+        ("tree_tiles_per_split", _I32),
+        ("NS", _I32),
         ("scale_log2", ctypes.c_float),
     ]
+
+
+def page_divider(page_size: int) -> tuple[int, int]:
+    """(magic, shift) with n // page_size == (umulhi(n, magic) + n) >> shift for 0 <= n < 2**31: the
+    kernels' page lookups multiply instead of dividing (``tv::page_of``)."""
+    if not 1 <= page_size < 2**31:
+        raise ValueError(f"page_size must be in 1..2^31-1, got {page_size}")
+    shift = (page_size - 1).bit_length()  # ceil(log2 page_size)
+    return ((1 << 32) * ((1 << shift) - page_size)) // page_size + 1, shift
 
 
 def _validated(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, check: bool):
@@ -134,18 +130,26 @@ class NativeTreeVerify:
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
         q_, pool, pt, lens, tkv, mask = self._keep
+        magic, shift = page_divider(pool.shape[1])
         self.params = VerifyParams(
-            *(a.data_ptr() for a in (q_, pool, pt, lens, tkv, mask, self.o_part, self.lse_part, self.out, self.lse)),
-            t * h,
-            t,
-            h,
-            pool.shape[1],
-            pt.shape[1],
-            plan.n_prefix_splits,
-            plan.prefix_tiles_per_split,
-            plan.tree_tiles_per_split,
-            plan.splits,
-            scale * math.log2(math.e),
+            **{
+                name: t.data_ptr()
+                for name, t in zip(
+                    _POINTERS, (q_, pool, pt, lens, tkv, mask, self.o_part, self.lse_part, self.out, self.lse)
+                )
+            },
+            R=t * h,
+            T=t,
+            H=h,
+            page_size=pool.shape[1],
+            page_magic=magic,
+            page_shift=shift,
+            max_pages=pt.shape[1],
+            n_prefix_splits=plan.n_prefix_splits,
+            prefix_tiles_per_split=plan.prefix_tiles_per_split,
+            tree_tiles_per_split=plan.tree_tiles_per_split,
+            NS=plan.splits,
+            scale_log2=scale * math.log2(math.e),
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):
@@ -175,21 +179,8 @@ class NativeTreeVerify:
         return (self.out, self.lse) if self.batched else (self.out[0], self.lse[0])
 
 
-def tree_verify_attention_native(
-    q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, *, impl="auto", prefix_splits=None, check=True
-):
-    """MLA tree-verify attention on the GPU; same contract as ``tree_verify_attention_ref``."""
-    op = NativeTreeVerify(
-        q,
-        kv_pool,
-        page_table,
-        prefix_lens,
-        tree_kv,
-        tree_mask,
-        scale,
-        impl=impl,
-        prefix_splits=prefix_splits,
-        check=check,
-    )
-    out, lse = op.run()
+def tree_verify_attention_native(*inputs, **options):
+    """MLA tree-verify attention on the GPU, as a function: ``NativeTreeVerify``'s arguments, and
+    copies of what its ``run()`` returns (same contract as ``tree_verify_attention_ref``)."""
+    out, lse = NativeTreeVerify(*inputs, **options).run()
     return out.clone(), lse.clone()
