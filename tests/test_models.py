@@ -28,6 +28,19 @@ from specdiag.models.train import (
     training_stages,
 )
 
+# the smallest training run that goes through every stage (target, extension, drafter, block head)
+TINY_TRAINING = dict(
+    target_steps=2,
+    drafter_steps=1,
+    block_steps=1,
+    batch=4,
+    length=64,
+    pool=4,
+    extend_steps=4,
+    extend_batch=2,
+    extend_pool=3,
+)
+
 
 def test_yarn_keeps_high_and_interpolates_low_frequencies():
     base, _ = yarn_inv_freq(32, 10000.0, 1.0, 1024)
@@ -283,17 +296,7 @@ def test_long_context_stage(tmp_path, monkeypatch):
         return real_forward(self, tokens, window)
 
     monkeypatch.setattr(TargetLM, "forward", spy)
-    common = dict(
-        target_steps=2,
-        drafter_steps=1,
-        block_steps=1,
-        batch=4,
-        length=64,
-        pool=4,
-        extend_steps=4,
-        extend_batch=2,
-        extend_pool=3,
-    )
+    common = TINY_TRAINING
     log = train(tmp_path / "ext", TrainSettings(extend_length=200, **common), device="cpu", progress=lambda *_: None)
     assert seen[2:6] == [(2, 199), (4, 63), (2, 199), (4, 63)]
     assert len(log["target_extend_loss"]) == 2 and log["settings"]["extend_length"] == 200
@@ -312,17 +315,7 @@ def test_long_context_stage(tmp_path, monkeypatch):
 def test_extending_a_trained_target_keeps_its_drafter(tmp_path):
     """extend_target: another long-context stage for a shipped target; the drafter is copied
     bit for bit (not retrained), the target changes and its YaRN reference length moves."""
-    common = dict(
-        target_steps=2,
-        drafter_steps=1,
-        block_steps=1,
-        batch=4,
-        length=64,
-        pool=4,
-        extend_steps=4,
-        extend_batch=2,
-        extend_pool=3,
-    )
+    common = TINY_TRAINING
     train(tmp_path / "base", TrainSettings(extend_length=128, **common), device="cpu", progress=lambda *_: None)
     log = extend_target(
         tmp_path / "base",
