@@ -96,7 +96,7 @@ table.columns = [f"{c} step ms (x61)" for c in table.columns]
 table
 
 # %%
-fig = plots.step_time_vs_context(df, heads, nodes, incident=inc["step_ms"])
+fig = plots.step_time_vs_context(df, heads, nodes, incident=inc["step_ms"], source=data.provenance(doc))
 
 # %%
 base = sel[sel.impl == "triton"].set_index("context")

@@ -177,10 +177,10 @@ speed[speed.context == ctx].round(3)
 # is its shape (a handful of CTAs walking the prefix), not the arithmetic.
 
 # %%
-fig = plots.speedup_bars(speed, ctx)
+fig = plots.speedup_bars(speed, ctx, source=data.provenance(doc))
 
 # %%
-fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["step_ms"])
+fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["step_ms"], source=data.provenance(doc))
 
 # %% [markdown]
 # ## 5. How close to the hardware?
@@ -197,7 +197,7 @@ print(
 auto[["context", "heads", "nodes", "kernel", "ms", "floor_ms", "x_floor", "bound", "tflop_s", "tb_s"]].round(3)
 
 # %%
-fig = plots.gap_vs_context(df, heads, nodes)
+fig = plots.gap_vs_context(df, heads, nodes, source=data.provenance(doc))
 
 # %% [markdown]
 # ## 6. What a decode step gains

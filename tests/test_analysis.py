@@ -176,3 +176,32 @@ def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
         assert (
             row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms
         ), other
+
+
+def test_figures_show_at_most_six_series_and_where_their_numbers_come_from():
+    from matplotlib.colors import to_rgba
+
+    from specdiag import plots
+
+    doc = data.load_json("context_sweep_h200.json")
+    doc["source"] = "recorded"
+    source = data.provenance(doc)
+    assert source == f"recorded on NVIDIA H200, {doc['machine']['recorded_utc'][:10]}"
+    df = analysis.with_auto(analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"]))
+    assert len(set(df.impl)) > 6  # the recording holds more than a figure may show
+    for fig in (
+        plots.step_time_vs_context(df, 8, 9, incident=analysis.INCIDENT["step_ms"], source=source),
+        plots.gap_vs_context(df, 8, 9, source=source),
+    ):
+        ax = fig.axes[0]
+        labels = ax.get_legend_handles_labels()[1]
+        assert 1 < len(labels) <= 6 and len(set(labels)) == len(labels)
+        assert len({to_rgba(line.get_color()) for line in ax.get_lines()}) == len(ax.get_lines())  # distinct colours
+        assert source in ax.get_title()
+        assert (
+            ax.get_legend().get_bbox_to_anchor().x0 >= ax.get_window_extent().x1 - 1
+        )  # the legend sits outside the axes
+    assert (
+        data.provenance({"machine": {"gpu": "X", "recorded_utc": "2026-01-02T03:04"}, "source": "measured"})
+        == "measured now on X, 2026-01-02"
+    )

@@ -16,6 +16,7 @@ __all__ = [
     "save",
     "measure_or_load",
     "MEASURE_CHOICES",
+    "provenance",
     "sweep_frame",
     "describe_machine",
     "gpu_available",
@@ -80,6 +81,14 @@ def measure_or_load(
         f"was asked): the recording data/{recorded}, made on: {where}"
     )
     return doc
+
+
+def provenance(doc: dict) -> str:
+    """One line for a figure: measured here or recorded, on which GPU, on which date."""
+    m = doc.get("machine", {})
+    when = (m.get("recorded_utc") or doc.get("recorded_utc") or "date unknown")[:10]
+    how = "measured now" if doc.get("source") == "measured" else "recorded"
+    return f"{how} on {m.get('gpu', 'an unknown machine')}, {when}"
 
 
 def sweep_frame(doc: dict):
