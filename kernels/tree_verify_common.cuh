@@ -257,14 +257,14 @@ __device__ __forceinline__ void write_partial_rows(const VerifyParams& p, const 
   for (int r = 0; r < 2; ++r) {
     const int grow = grow0 + g + r * 8;
     if (grow >= p.R) continue;
-    const float inv = l_r[r] > 0.f ? 1.f / l_r[r] : 0.f;
+    const float inv = l_r[r] == 0.f ? 0.f : 1.f / l_r[r];  // a NaN sum stays NaN: bad inputs must show
     float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * tv::DV + col0 + 2 * t4;
 #pragma unroll
     for (int i = 0; i < NO / 4; ++i)
       *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
     if (write_lse && t4 == 0)
       p.lse_part[((size_t)b * p.NS + split) * p.R + grow] =
-          l_r[r] > 0.f ? (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f : -INFINITY;
+          l_r[r] == 0.f ? -INFINITY : (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f;
   }
 }
 

@@ -15,17 +15,20 @@ namespace tvmerge {
 
 constexpr int MERGE_THREADS = 128, MERGE_SMEM_SPLITS = 1024, MERGE_UNROLL = 8;
 
+// max that keeps a NaN (fmaxf drops it): a NaN partial must reach the output, not be merged away.
+__device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, other) : v + other;
+    v = is_max ? nan_max(v, other) : v + other;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // scratch may still be read by an earlier reduction
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   v = scratch[0];
-  for (int w = 1; w < MERGE_THREADS / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  for (int w = 1; w < MERGE_THREADS / 32; ++w) v = is_max ? nan_max(v, scratch[w]) : v + scratch[w];
   return v;
 }
 
@@ -39,7 +42,7 @@ __device__ __forceinline__ void merge(const tv::VerifyParams& p) {
   const int group = tid / lanes, lane = tid % lanes;
   const float* lp = p.lse_part + (size_t)b * NS * R + r;
   float mx = -INFINITY;
-  for (int s = tid; s < NS; s += MERGE_THREADS) mx = fmaxf(mx, lp[(size_t)s * R]);
+  for (int s = tid; s < NS; s += MERGE_THREADS) mx = nan_max(mx, lp[(size_t)s * R]);
   mx = block_reduce(mx, true, scratch);
   float sum = 0.f;
   if (mx != -INFINITY) {
@@ -87,12 +90,12 @@ __device__ __forceinline__ void merge(const tv::VerifyParams& p) {
     }
   }
   if (group == 0) {
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
     __nv_bfloat16* dst = p.out + ((size_t)b * R + r) * tv::DV + d;
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
   }
-  if (blockIdx.z == 0 && tid == 0) p.lse[(size_t)b * R + r] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+  if (blockIdx.z == 0 && tid == 0) p.lse[(size_t)b * R + r] = sum == 0.f ? -INFINITY : mx + logf(sum);
 }
 
 }  // namespace tvmerge
