@@ -1,25 +1,35 @@
 // Portable tree-verify partial kernel: mma.sync m16n8k16 bf16 -> fp32, sm_80 and up.
 //
-// Grid (query tiles, splits, requests); a CTA takes 64 query rows (rows = node * H + head) over
+// Grid (query tiles, splits, requests); a CTA takes 16 RG query rows (rows = node * H + head) over
 // one split: a prefix range, read page by page as whole 1152-byte token rows with 16-byte
 // cp.async (any page size), no mask; or a range of the tree block under the ancestor mask.
-// Four row groups of 16 rows, each a warp pair: for Q K^T warp `half` covers head dims
+// RG row groups of 16 rows, each a warp pair: for Q K^T warp `half` covers head dims
 // [288 half, +288) and the pair sums its partial S through shared memory; for P V it owns output
 // columns [256 half, +256), so O (16 x 256 fp32) fits in 128 registers per thread.
+// Variants (registry rows mma, mma_k16, mma_small) set TV_MMA_ROW_GROUPS and TV_MMA_KEYS, so that
+// Smem fits each GPU's shared memory per CTA (registry.SMEM_PER_BLOCK).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "tree_verify_common.cuh"
 
+#ifndef TV_MMA_ROW_GROUPS
+#define TV_MMA_ROW_GROUPS 4
+#endif
+#ifndef TV_MMA_KEYS
+#define TV_MMA_KEYS 32
+#endif
+
 namespace tvmma {
 using tv::D;
 using tv::DV;
 
-constexpr int RG = 4;              // row groups of 16 query rows
-constexpr int NW = 2 * RG;         // warps
-constexpr int NT = 32 * NW;        // threads
-constexpr int BM = 16 * RG;        // query rows per CTA
-constexpr int BN = 32;             // keys per tile
+constexpr int RG = TV_MMA_ROW_GROUPS;  // row groups of 16 query rows
+constexpr int NW = 2 * RG;             // warps
+constexpr int NT = 32 * NW;            // threads
+constexpr int BM = 16 * RG;            // query rows per CTA
+constexpr int BN = TV_MMA_KEYS;        // keys per tile
+static_assert(BN % 16 == 0 && BN % NW == 0, "a tile is whole 16-key MMA steps, shared evenly by the warps");
 constexpr int DP = D + 8;          // padded shared row (1168 B): conflict-free ldmatrix
 constexpr int KH = D / 2;          // head dims per warp for Q K^T
 constexpr int VH = DV / 2;         // output columns per warp for P V

@@ -111,6 +111,10 @@ def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
     assert native == {
         "native",
         "native_ps1",
+        "native_mma_k16",
+        "native_mma_k16_ps1",
+        "native_mma_small",
+        "native_mma_small_ps1",
         "native_wgmma",
         "native_wgmma_ps1",
         "native_seesaw",

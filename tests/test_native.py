@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
 
 
 def test_every_source_is_a_registry_row_or_the_merge():
-    assert sorted(kernels.kernel_names()) == sorted([k.source for k in KERNELS.values()] + [MERGE.source])
+    assert sorted(kernels.kernel_names()) == sorted({k.source for k in KERNELS.values()} | {MERGE.source})
     for spec in KERNELS.values():
         assert re.search(
             rf"^TV_DEFINE_PARTIAL_KERNEL\(\w+, {spec.entry}\)$", kernels.kernel_source(spec.source), re.M
@@ -38,6 +39,8 @@ def test_every_source_is_a_registry_row_or_the_merge():
     merge = kernels.kernel_source(MERGE.source)
     assert f"{MERGE.entry}(const __grid_constant__ tv::VerifyParams p)" in merge
     assert len({k.label for k in KERNELS.values()}) == len(KERNELS)
+    # two rows of one source differ in their compile-time parameters
+    assert len({(k.source, k.defines) for k in KERNELS.values()}) == len(KERNELS)
     with pytest.raises(FileNotFoundError, match="no CUDA source"):
         kernels.kernel_source("nope")
 
@@ -80,7 +83,7 @@ def test_compiles_for_sm90_without_spills(name):
 def test_each_module_exports_its_registry_shape(spec):
     """The launch shape a module exports (sizeof its shared-memory struct included) is the one
     its registry row declares, and fits an sm_90 CTA."""
-    cfg = kernels.ptx_config(spec.source)
+    cfg = kernels.ptx_config(spec.source, defines=dict(spec.defines))
     assert cfg.check(spec) is cfg
     assert 0 <= cfg.smem_bytes <= 227 * 1024
     wrong = KernelSpec(**{**spec.__dict__, "threads": spec.threads + 32})
@@ -112,6 +115,28 @@ def test_params_layout_matches_the_host_mirror(tmp_path):
     assert f"sizeof {ctypes.sizeof(VerifyParams)}" in lines
 
 
+# the targets the portable kernel is built for, and the variant auto runs on each
+PORTABLE_TARGETS = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_100": (10, 0), "sm_120": (12, 0)}
+
+
+@needs_sass
+@pytest.mark.parametrize("arch", PORTABLE_TARGETS)
+def test_portable_kernel_builds_for_each_target(arch):
+    """On every target, the variant auto picks there compiles without spills or local memory,
+    runs on tensor cores (mma.sync) and fits the target's shared memory per CTA."""
+    from specdiag.attention.registry import SMEM_PER_BLOCK
+
+    cap = PORTABLE_TARGETS[arch]
+    spec = KERNELS[auto_kernel(cap, 72, 185000)]
+    defines = dict(spec.defines)
+    f = kernels.nvcc_check(spec.source, arch=arch, defines=defines)[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and f.registers <= 255, f
+    assert kernels.ptx_config(spec.source, arch=arch, defines=defines).check(spec).smem_bytes <= SMEM_PER_BLOCK[cap]
+    sass = kernels.sass(spec.source, arch=arch, defines=defines)
+    assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
 @needs_sass
 def test_mma_kernel_sass_uses_tensor_cores_and_async_copies():
     sass = kernels.sass("tree_verify_mma", arch="sm_90")
@@ -141,7 +166,13 @@ def test_seesaw_kernel_sass_uses_warpgroup_mma_and_named_barriers():
 
 
 def test_kernel_targets():
-    assert {k: s.arch for k, s in KERNELS.items()} == {"mma": "sm_90", "wgmma": "sm_90a", "wgmma_seesaw": "sm_90a"}
+    assert {k: s.arch for k, s in KERNELS.items()} == {
+        "mma": "sm_90",
+        "mma_k16": "sm_90",
+        "mma_small": "sm_90",
+        "wgmma": "sm_90a",
+        "wgmma_seesaw": "sm_90a",
+    }
     assert not KERNELS["mma"].hopper_only and KERNELS["wgmma_seesaw"].hopper_only
     assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]
     assert kernels.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]
@@ -336,8 +367,13 @@ def test_native_rejects_bad_impls_and_names_the_wrong_tensor():
 
 
 def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
-    for cap in ((8, 0), (8, 9), (10, 0), (12, 0)):
-        assert auto_kernel(cap, 72, 185000) == "mma"
+    # off sm_90: the mma.sync variant with the largest tiles that fits the GPU's shared memory
+    for cap, want in (((8, 0), "mma_k16"), ((8, 9), "mma_small"), ((10, 0), "mma"), ((12, 0), "mma_small")):
+        assert auto_kernel(cap, 72, 185000) == want, cap
+    assert auto_kernel((7, 5), 72, 185000) == "mma_small"  # unknown: assumed 99 KB
+    assert auto_kernel((8, 0), smem_per_block=KERNELS["mma"].smem_bytes) == "mma"
+    with pytest.raises(ValueError, match="no native kernel fits 65536 bytes"):
+        auto_kernel((7, 5), smem_per_block=65536)
     # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k, for
     # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below
     for rows, prefix, want in [
@@ -360,8 +396,14 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
     ]:
         assert auto_kernel((9, 0), rows, prefix) == want, (rows, prefix)
     assert auto_kernel((9, 0), 72) == "wgmma"  # prefix unknown: the short-prefix choice
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+
+    def props(major, minor, smem):
+        return lambda device=None: SimpleNamespace(major=major, minor=minor, shared_memory_per_block_optin=smem)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props(9, 0, 232448))
     assert resolve_impl("auto", None, max_prefix=185000, rows=72) == "wgmma_seesaw"
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props(12, 0, 101376))
+    assert resolve_impl("auto", None, max_prefix=185000, rows=72) == "mma_small"
     assert resolve_impl("mma") == "mma" and resolve_impl("wgmma") == "wgmma"
     with pytest.raises(ValueError, match="impl must be"):
         resolve_impl("fastest")
@@ -462,7 +504,8 @@ def test_native_matches_float64_reference_on_gpu(impl):
 def test_loaded_modules_export_the_registry_shape(spec):
     _needs_sm90(spec.name)
     loaded = kernels.load_kernel(spec)
-    assert loaded.config == kernels.ptx_config(spec.source) if HAS_NVCC else loaded.config.check(spec)
+    want = kernels.ptx_config(spec.source, defines=dict(spec.defines)) if HAS_NVCC else loaded.config.check(spec)
+    assert loaded.config == want
 
 
 @pytest.mark.gpu

@@ -227,11 +227,11 @@ class KernelConfig:
 
     def check(self, spec) -> "KernelConfig":
         """Raise unless the registry row ``spec`` declares this shape."""
-        declared = (spec.threads, spec.rows_per_cta, spec.keys_per_tile)
-        if declared != (self.threads, self.rows_per_cta, self.keys_per_tile):
+        declared = (spec.threads, spec.rows_per_cta, spec.keys_per_tile, spec.smem_bytes)
+        if declared != (self.threads, self.rows_per_cta, self.keys_per_tile, self.smem_bytes):
             raise RuntimeError(
-                f"kernels/{spec.source}.cu exports threads, rows, keys = "
-                f"{self.threads, self.rows_per_cta, self.keys_per_tile}; "
+                f"kernels/{spec.source}.cu exports threads, rows, keys, shared bytes = "
+                f"{self.threads, self.rows_per_cta, self.keys_per_tile, self.smem_bytes}; "
                 f"the registry row {spec.name!r} says {declared}"
             )
         return self
@@ -345,12 +345,12 @@ class LoadedKernel:
 
 
 def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> LoadedKernel:
-    """A registry row's entry point on a torch device, with the launch shape its module exports
-    (checked against the row)."""
+    """A registry row's entry point on a torch device (built with the row's ``defines``, then
+    ``defines``), with the launch shape its module exports (checked against the row)."""
     import numpy as np
     import pycuda.driver as cuda
 
-    mod = load_module(spec.source, device_index, defines)
+    mod = load_module(spec.source, device_index, {**dict(spec.defines), **(defines or {})})
     ptr, size = mod.get_global("tv_config")
     cfg = np.empty(4, dtype=np.int32)
     if size != cfg.nbytes:

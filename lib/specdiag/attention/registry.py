@@ -1,7 +1,8 @@
 """The native kernels, one row each, and the rule ``impl="auto"`` follows.
 
 Adding a kernel is one ``KernelSpec`` row here plus its ``kernels/<source>.cu``, which exports
-the same launch shape (``TV_EXPORT_CONFIG``; the loader and a CPU test compare the two).
+the same launch shape (``TV_EXPORT_CONFIG``; the loader and a CPU test compare the two). A row
+may be a variant of another's source: its ``defines`` set the source's compile-time parameters.
 Why ``auto`` picks what it picks, with the measurements: ``docs/kernel_notes.md``, "Current state".
 """
 
@@ -9,7 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KernelSpec", "KERNELS", "MERGE", "hopper_auto", "auto_kernel", "resolve_impl"]
+__all__ = [
+    "KernelSpec",
+    "KERNELS",
+    "MERGE",
+    "SMEM_PER_BLOCK",
+    "hopper_auto",
+    "portable_kernel",
+    "auto_kernel",
+    "resolve_impl",
+]
 
 
 @dataclass(frozen=True)
@@ -22,7 +32,9 @@ class KernelSpec:
     keys_per_tile: int  # keys per tile (the launch plan's unit)
     label: str  # the sweep's and the figures' name for it
     title: str  # one line for tables and figures
+    smem_bytes: int  # dynamic shared memory per CTA (the source's Smem struct)
     ablations: bool = False  # built with TV_SKIP stage switches (specdiag.bench.ablation)
+    defines: tuple[tuple[str, int], ...] = ()  # compile-time parameters of a variant of ``source``
 
     @property
     def arch(self) -> str:
@@ -40,7 +52,39 @@ KERNELS = {
     k.name: k
     for k in (
         KernelSpec(
-            "mma", "tree_verify_mma", "tree_verify_partial_mma", 256, 64, 32, "native", "mma.sync, any GPU from sm_80"
+            "mma",
+            "tree_verify_mma",
+            "tree_verify_partial_mma",
+            256,
+            64,
+            32,
+            "native",
+            "mma.sync, 64 rows x 32 keys (GPUs with 227 KB of shared memory: sm_90, sm_100)",
+            207360,
+        ),
+        KernelSpec(
+            "mma_k16",
+            "tree_verify_mma",
+            "tree_verify_partial_mma",
+            256,
+            64,
+            16,
+            "native_mma_k16",
+            "mma.sync, 64 rows x 16 keys (163 KB: sm_80, sm_87)",
+            143104,
+            defines=(("TV_MMA_ROW_GROUPS", 4), ("TV_MMA_KEYS", 16)),
+        ),
+        KernelSpec(
+            "mma_small",
+            "tree_verify_mma",
+            "tree_verify_partial_mma",
+            128,
+            32,
+            16,
+            "native_mma_small",
+            "mma.sync, 32 rows x 16 keys (99 KB: sm_86, sm_89, sm_120)",
+            99584,
+            defines=(("TV_MMA_ROW_GROUPS", 2), ("TV_MMA_KEYS", 16)),
         ),
         KernelSpec(
             "wgmma",
@@ -51,6 +95,7 @@ KERNELS = {
             32,
             "native_wgmma",
             "wgmma, two symmetric warpgroups (sm_90a; short prefixes)",
+            205824,
         ),
         KernelSpec(
             "wgmma_seesaw",
@@ -61,13 +106,29 @@ KERNELS = {
             64,
             "native_seesaw",
             "wgmma seesaw: two math warpgroups take turns, one loads (sm_90a)",
+            224256,
             ablations=True,
         ),
     )
 }
 MERGE = KernelSpec(
-    "merge", "tree_verify_merge", "tree_verify_merge", 128, 1, 0, "merge", "log-sum-exp merge of the split partials"
+    "merge", "tree_verify_merge", "tree_verify_merge", 128, 1, 0, "merge", "log-sum-exp merge of the split partials", 0
 )
+
+# the most dynamic shared memory one CTA may opt into, by compute capability (CUDA programming
+# guide, "Technical Specifications per Compute Capability")
+SMEM_PER_BLOCK = {
+    (8, 0): 166912,
+    (8, 6): 101376,
+    (8, 7): 166912,
+    (8, 9): 101376,
+    (9, 0): 232448,
+    (10, 0): 232448,
+    (10, 3): 232448,
+    (12, 0): 101376,
+    (12, 1): 101376,
+}
+PORTABLE = ("mma", "mma_k16", "mma_small")  # largest tiles first
 
 # auto on sm_90, by query rows per request and the longest prefix: the seesaw kernel from these
 # prefixes on, the wgmma kernel (lower fixed cost) below them
@@ -88,10 +149,29 @@ def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
     return "wgmma" if max_prefix is not None and max_prefix < AUTO_SEESAW_MIN_PREFIX else "wgmma_seesaw"
 
 
-def auto_kernel(capability: tuple[int, int], rows: int | None = None, max_prefix: int | None = None) -> str:
+def portable_kernel(smem_per_block: int) -> str:
+    """The portable variant with the largest tiles whose shared memory fits ``smem_per_block``."""
+    for name in PORTABLE:
+        if KERNELS[name].smem_bytes <= smem_per_block:
+            return name
+    raise ValueError(
+        f"no native kernel fits {smem_per_block} bytes of shared memory per CTA "
+        f"(the smallest, {PORTABLE[-1]!r}, needs {KERNELS[PORTABLE[-1]].smem_bytes})"
+    )
+
+
+def auto_kernel(
+    capability: tuple[int, int],
+    rows: int | None = None,
+    max_prefix: int | None = None,
+    smem_per_block: int | None = None,
+) -> str:
     """The kernel ``auto`` picks on a GPU of compute ``capability``: the Hopper kernels on sm_90,
-    the portable mma.sync kernel elsewhere."""
-    return hopper_auto(rows, max_prefix) if tuple(capability) == (9, 0) else "mma"
+    elsewhere the mma.sync variant that fits the GPU's shared memory per CTA (``smem_per_block``,
+    by default ``SMEM_PER_BLOCK``'s entry; an unknown GPU is assumed to have 99 KB)."""
+    if tuple(capability) == (9, 0):
+        return hopper_auto(rows, max_prefix)
+    return portable_kernel(smem_per_block or SMEM_PER_BLOCK.get(tuple(capability), 101376))
 
 
 def resolve_impl(impl: str, device=None, max_prefix: int | None = None, rows: int | None = None) -> str:
@@ -99,7 +179,9 @@ def resolve_impl(impl: str, device=None, max_prefix: int | None = None, rows: in
     if impl == "auto":
         import torch
 
-        return auto_kernel(torch.cuda.get_device_capability(device), rows, max_prefix)
+        props = torch.cuda.get_device_properties(device)
+        smem = getattr(props, "shared_memory_per_block_optin", None)
+        return auto_kernel((props.major, props.minor), rows, max_prefix, smem)
     if impl not in KERNELS:
         raise ValueError(f"impl must be 'auto' or one of {tuple(KERNELS)}, got {impl!r}")
     return impl
