@@ -16,6 +16,8 @@ MODES = {
     "ceilings": "copy bandwidth and bf16 GEMM rate",
     "tune": "one kernel at 1, 2, 4 waves of split CTAs",
     "ablate": "a kernel with each stage left out",
+    "peers": "ours beside FlashMLA and the real sglang kernel (data/peers_h200.json)",
+    "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
 }
 
 
@@ -35,6 +37,7 @@ def main(argv=None) -> int:
         default="native_auto,native_auto_ps1,triton,torch",
         help=f"sweep: any of {', '.join(timing.SWEEP_IMPLS)}",
     )
+    ap.add_argument("--peers", default=None, help="peers: comma-separated impls (default: all)")
     ap.add_argument("--contexts", default=None, help="sweep: comma-separated prefix lengths (default: the full sweep)")
     ap.add_argument("--heads", default=None, help="sweep: comma-separated head counts")
     ap.add_argument("--trees", default=None, help="sweep: comma-separated tree sizes (nodes, root included)")
@@ -62,12 +65,43 @@ def main(argv=None) -> int:
 
         save(a.out, "native_ablation", {"rows": ablate(impl="wgmma_seesaw" if a.impl == "auto" else a.impl)})
         return 0
+    if a.mode == "sanitize":
+        from .sanitize import sanitize
+
+        rows = sanitize([*KERNELS] if a.impl == "auto" else [a.impl])
+        save(a.out, "sanitizer", {"rows": rows})
+        bad = [r for r in rows if r["findings"] != 0 or r["exit_code"] != 0]
+        print(f"{len(rows) - len(bad)} clean, {len(bad)} not")
+        return 1 if bad else 0
+    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     ceilings = timing.measure_ceilings()
     print(ceilings)
+    if a.mode == "peers":
+        from ..attention.peers import sglang_provenance
+        from .peers import PEER_CONTEXTS, PEER_IMPLS, PEER_SHAPES, peer_sweep
+
+        heads = ints(a.heads, None)
+        shapes = [s for s in PEER_SHAPES if heads is None or s[0] in heads]
+        rows, missing = peer_sweep(
+            contexts=ints(a.contexts, PEER_CONTEXTS),
+            shapes=shapes,
+            impls=tuple(a.peers.split(",")) if a.peers else tuple(PEER_IMPLS),
+            rep_ms=a.rep_ms,
+        )
+        meta = {"missing": missing}
+        if "sglang" not in missing:
+            meta["sglang"] = sglang_provenance()
+        try:
+            import flash_mla
+
+            meta["flash_mla"] = flash_mla.__version__
+        except ImportError:
+            pass
+        save(a.out, "peers", {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, **meta, "rows": rows})
+        return 0
     if a.mode == "ceilings":
         save(a.out, "ceilings", {"ceilings": ceilings})
         return 0
-    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else timing.SWEEP_CONTEXTS)
     rows = timing.context_sweep(
         contexts=contexts,

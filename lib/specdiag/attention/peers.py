@@ -1,0 +1,273 @@
+"""The real peers, each optional: SGLang's own Triton extend-attention kernel (what the deployment
+ran), loaded unmodified from the sglang wheel, and DeepSeek's FlashMLA SM90 dense decode.
+
+* ``SglangExtend``: ``sglang.kernels.ops.attention.extend_attention.extend_attention_fwd`` of
+  sglang ``SGLANG_VERSION``, called with what SGLang's Triton backend passes in target-verify for
+  an MLA layer: page_size=1 ``kv_indices``, ``qo_indptr`` / ``kv_indptr`` / ``mask_indptr``, the
+  flat per-request [T, prefix + T] custom mask, ``is_causal=True``, the default
+  ``skip_prefix_custom_mask=True``, K = the 576-wide latent, V = its first 512 columns. Its four
+  imports of the engine are met by ``_engine_stubs`` (no engine is installed). It runs on a GPU,
+  and on the CPU under ``TRITON_INTERPRET=1`` in float32.
+* ``FlashMLAPrefix``: ``flash_mla.flash_mla_with_kvcache(use_legacy=True)`` (the ``sgl-flash-mla``
+  wheel) over the prefix alone: page size 64, ``causal=False``, the T nodes as ``s_q``. It has no
+  tree mask; ``FlashMLACascade`` adds the tree block and the log-sum-exp merge in torch.
+
+Where the sglang kernel comes from (``sglang_source``): ``$SPECDIAG_SGLANG`` (a sglang wheel, or a
+folder holding ``sglang/kernels/ops/attention/``), else a wheel in ``~/.cache/specdiag``
+(``pip download --no-deps sglang==0.5.23 -d ~/.cache/specdiag``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import torch
+
+from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
+from .reference import merge_partials
+
+__all__ = [
+    "SGLANG_VERSION",
+    "SGLANG_FILES",
+    "sglang_source",
+    "load_sglang_extend",
+    "sglang_provenance",
+    "SglangExtend",
+    "flashmla_missing",
+    "FlashMLAPrefix",
+    "FlashMLACascade",
+]
+
+SGLANG_VERSION = "0.5.23"
+_ATTN = "sglang/kernels/ops/attention"
+# the kernel and the two sibling modules it imports from (loaded as they are)
+SGLANG_FILES = (f"{_ATTN}/extend_attention.py", f"{_ATTN}/decode_attention.py", f"{_ATTN}/score_mod.py")
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdiag"
+_loaded: dict[str, types.ModuleType] = {}
+
+
+def sglang_source() -> Path | None:
+    """The sglang wheel or folder the kernel is loaded from, or None."""
+    env = os.environ.get("SPECDIAG_SGLANG")
+    if env:
+        path = Path(env).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"SPECDIAG_SGLANG={env} does not exist")
+        return path
+    wheels = sorted(CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
+    return wheels[-1] if wheels else None
+
+
+def _folder(source: Path) -> Path:
+    """A folder holding SGLANG_FILES: ``source`` itself, or the wheel's files extracted once."""
+    if source.is_dir():
+        missing = [f for f in SGLANG_FILES if not (source / f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{source} lacks {', '.join(missing)}")
+        return source
+    out = CACHE / source.stem
+    with zipfile.ZipFile(source) as whl:
+        names = set(whl.namelist())
+        missing = [f for f in SGLANG_FILES if f not in names]
+        if missing:
+            raise FileNotFoundError(f"{source.name} lacks {', '.join(missing)}: not a sglang {SGLANG_VERSION} wheel?")
+        for f in SGLANG_FILES:
+            if not (out / f).is_file():
+                whl.extract(f, out)
+    return out
+
+
+class _Envs:
+    """``sglang.srt.environ.envs`` for the flags the extend path reads (on AMD GPUs only), at
+    their defaults; any other flag is an error, so a new dependency shows itself."""
+
+    DEFAULTS = {"SGLANG_TRITON_FP8_PREFILL_ATTN": False, "SGLANG_TRITON_COMPACT_EXTEND_ATTENTION": False}
+
+    def __getattr__(self, name):
+        if name not in self.DEFAULTS:
+            raise AttributeError(f"specdiag's sglang stub has no environment flag {name}")
+        return types.SimpleNamespace(get=lambda value=self.DEFAULTS[name]: value)
+
+
+def _engine_stubs() -> dict[str, types.ModuleType]:
+    """The engine modules the kernel files import: packages, ``sglang.srt.environ``, ``sglang.srt.utils``."""
+    mods = {}
+    for name in ("sglang", "sglang.srt", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention"):
+        mods[name] = types.ModuleType(name)
+        mods[name].__path__ = []
+    mods["sglang.srt.environ"] = env = types.ModuleType("sglang.srt.environ")
+    env.envs = _Envs()
+    mods["sglang.srt.utils"] = utils = types.ModuleType("sglang.srt.utils")
+    utils.is_cuda = lambda: torch.cuda.is_available() and torch.version.cuda is not None
+    utils.is_hip = lambda: torch.version.hip is not None
+    utils.is_gfx95_supported = lambda: False
+    utils.is_gfx1250_supported = lambda: False
+    utils.get_device_core_count = lambda i=0: torch.cuda.get_device_properties(i).multi_processor_count
+    return mods
+
+
+def load_sglang_extend(source: str | Path | None = None) -> types.ModuleType:
+    """sglang's ``extend_attention`` module, loaded from ``source`` (default ``sglang_source()``)."""
+    src = Path(source) if source is not None else sglang_source()
+    if src is None:
+        raise FileNotFoundError(
+            f"no sglang {SGLANG_VERSION} wheel: set SPECDIAG_SGLANG, or run "
+            f"pip download --no-deps sglang=={SGLANG_VERSION} -d {CACHE}"
+        )
+    key = str(src.resolve())
+    if key in _loaded:
+        return _loaded[key]
+    folder = _folder(src)
+    if "sglang" in sys.modules and not getattr(sys.modules["sglang"], "_specdiag_stub", False):
+        raise RuntimeError("a real sglang is imported in this process: use its own extend_attention_fwd")
+    stubs = _engine_stubs()
+    stubs["sglang"]._specdiag_stub = True
+    sys.modules.update({k: v for k, v in stubs.items() if k not in sys.modules})
+    mod = None
+    for f in SGLANG_FILES[::-1]:  # score_mod, decode_attention, then the kernel that imports them
+        name = f[: -len(".py")].replace("/", ".")
+        spec = importlib.util.spec_from_file_location(name, folder / f)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    _loaded[key] = mod
+    return mod
+
+
+def sglang_provenance(source: str | Path | None = None) -> dict:
+    """Where the kernel came from and the sha256 of each file, for a recording's metadata."""
+    src = Path(source) if source is not None else sglang_source()
+    folder = _folder(src)
+    return dict(
+        version=SGLANG_VERSION,
+        source=src.name,
+        sha256={f.rsplit("/", 1)[1]: hashlib.sha256((folder / f).read_bytes()).hexdigest() for f in SGLANG_FILES},
+    )
+
+
+class SglangExtend:
+    """The real sglang kernel on one verify batch, its engine tensors built once; ``run()`` calls it.
+
+    Takes the workbook's layout (``tree_verify_attention_ref``'s arguments) and lays it out as the
+    engine does: the pool as a [slots, 1, 576] token buffer (page_size=1), each request's prefix
+    as slot ids, the tree nodes' latents as ``k_extend`` and the [T, prefix + T] uint8 mask.
+    ``run()`` returns ``out`` [B, T, H, 512] and ``lse`` [B, T, H] like the reference.
+    """
+
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, source=None):
+        if q.shape[-1] != MLA_HEAD_DIM:
+            raise ValueError(f"q must have head dim {MLA_HEAD_DIM} (512 latent + 64 rope), got {q.shape[-1]}")
+        from .triton_extend import prepare_extend_inputs
+
+        self.mod = load_sglang_extend(source)
+        x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
+        prep = prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
+        b, t, h = prep["shape"]
+        self.shape, self.batched, self.scale = (b, t, h), x.batched, float(scale)
+        k_ext = prep["k_extend"].unsqueeze(1)  # [B T, 1, 576]
+        buf = prep["k_buffer"].unsqueeze(1)  # [slots, 1, 576]
+        self.args = dict(
+            q_extend=prep["q_extend"],
+            k_extend=k_ext,
+            v_extend=k_ext[..., :MLA_V_DIM].contiguous(),
+            o_extend=torch.empty(b * t, h, MLA_V_DIM, dtype=q.dtype, device=q.device),
+            k_buffer=buf,
+            v_buffer=buf[..., :MLA_V_DIM],
+            qo_indptr=prep["qo_indptr"].to(torch.int32),
+            kv_indptr=prep["kv_indptr"].to(torch.int32),
+            kv_indices=prep["kv_indices"],
+            custom_mask=prep["custom_mask"],
+            is_causal=True,
+            mask_indptr=prep["mask_indptr"],
+            max_len_extend=t,
+            k_scale=1.0,
+            v_scale=1.0,
+            sm_scale=self.scale,
+            lse_extend=torch.empty(b * t, h, dtype=torch.float32, device=q.device),
+        )
+
+    def run(self):
+        self.mod.extend_attention_fwd(**self.args)
+        b, t, h = self.shape
+        out = self.args["o_extend"].view(b, t, h, MLA_V_DIM)
+        lse = self.args["lse_extend"].view(b, t, h)
+        return (out, lse) if self.batched else (out[0], lse[0])
+
+
+def flashmla_missing() -> str | None:
+    """Why FlashMLA's SM90 dense decode cannot run here, or None when it can."""
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return "FlashMLA's dense decode is built for sm_90 only"
+    try:
+        import flash_mla
+    except ImportError as e:
+        return f"flash_mla is not installed ({e}); it is the sgl-flash-mla wheel"
+    if not flash_mla.has_legacy():
+        return "this flash_mla build has no legacy (SM90 dense) kernels"
+    return None
+
+
+class FlashMLAPrefix:
+    """FlashMLA over each request's prefix (no tree block): bf16 ``q`` [B, T, H, 576], ``kv_pool``
+    [pages, 64, 576], int32 ``page_table`` [B, max_pages] and ``prefix_lens`` [B] on the GPU;
+    ``run()`` returns ``out`` [B, T, H, 512] and ``lse`` [B, T, H] over the prefix keys alone.
+    The scheduler metadata is made by the first ``run()`` and reused."""
+
+    def __init__(self, q, kv_pool, page_table, prefix_lens, scale):
+        why = flashmla_missing()
+        if why:
+            raise RuntimeError(why)
+        import flash_mla
+
+        if kv_pool.shape[1] != 64:
+            raise ValueError(f"FlashMLA's dense decode needs page size 64, got {kv_pool.shape[1]}")
+        self.fm, self.scale = flash_mla, float(scale)
+        self.q = q if q.dim() == 4 else q.unsqueeze(0)
+        self.cache = kv_pool.view(kv_pool.shape[0], 64, 1, MLA_HEAD_DIM)
+        self.table = page_table.view(self.q.shape[0], -1).to(torch.int32)
+        self.lens = prefix_lens.view(-1).to(torch.int32)
+        self.meta, _ = flash_mla.get_mla_metadata()
+
+    def run(self):
+        out, lse = self.fm.flash_mla_with_kvcache(
+            self.q,
+            self.cache,
+            self.table,
+            self.lens,
+            MLA_V_DIM,
+            self.meta,
+            softmax_scale=self.scale,
+            causal=False,
+            use_legacy=True,
+        )
+        return out, lse.transpose(1, 2)  # lse [B, H, T] -> [B, T, H]
+
+
+class FlashMLACascade:
+    """FlashMLA's prefix call, the tree block (ancestor mask) in torch, merged by log-sum-exp:
+    the tree verify a user could build on FlashMLA today. Same arguments and result as
+    ``tree_verify_attention_ref`` (batched), on the GPU, page size 64."""
+
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale):
+        self.prefix = FlashMLAPrefix(q, kv_pool, page_table, prefix_lens, scale)
+        self.q, self.scale = self.prefix.q, float(scale)
+        self.tree_kv = tree_kv.view(self.q.shape[0], self.q.shape[1], MLA_HEAD_DIM)
+        self.hidden = ~tree_mask.view(self.q.shape[0], self.q.shape[1], -1).bool()[:, :, None, :]  # [B, T, 1, T]
+
+    def run(self):
+        o1, l1 = self.prefix.run()
+        s = torch.einsum("bthd,bnd->bthn", self.q, self.tree_kv).float() * self.scale
+        s = s.masked_fill(self.hidden, float("-inf"))
+        l2 = torch.logsumexp(s, -1)
+        p = torch.exp(s - l2[..., None]).to(self.q.dtype)
+        o2 = torch.einsum("bthn,bnd->bthd", p, self.tree_kv[..., :MLA_V_DIM]).float()
+        out, lse = merge_partials([o1.float(), o2], [l1, l2])
+        return out.to(self.q.dtype), lse

@@ -1,0 +1,108 @@
+"""Our kernel beside the real peers, one process, one GPU, the same rotated inputs: the data of
+``data/peers_h200.json`` (notebooks 03 and 05).
+
+impl names: ``native`` (``auto``, page size 1, as DDTree forces), ``native_ps64``, ``flashmla``
+(FlashMLA's prefix call alone: no tree block), ``flashmla_cascade`` (FlashMLA + the tree block +
+merge in torch), ``sglang`` (the deployment's own Triton kernel), ``triton`` (our imitation of it).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..attention import peers, relative_error
+from ..cost import SOFTMAX_SCALE, attention_cost, rates
+from .timing import Rotation, time_rotating
+
+__all__ = ["PEER_IMPLS", "PEER_CONTEXTS", "PEER_SHAPES", "missing_peers", "peer_sweep"]
+
+PEER_IMPLS = {  # name -> KV page size
+    "native": 1,
+    "native_ps64": 64,
+    "flashmla": 64,
+    "flashmla_cascade": 64,
+    "sglang": 1,
+    "triton": 1,
+}
+PEER_CONTEXTS = (4096, 16384, 32768, 65536, 131072, 185000)
+# (heads, nodes): 8/16/64/128 heads x 9/65 nodes, and 257 nodes at 8 heads
+PEER_SHAPES = tuple((h, t) for h in (8, 16, 64, 128) for t in (9, 65)) + ((8, 257),)
+
+
+def missing_peers(impls) -> dict[str, str]:
+    """impl -> why it cannot run here, for each of ``impls`` that cannot."""
+    out = {}
+    for impl in impls:
+        if impl.startswith("flashmla") and peers.flashmla_missing():
+            out[impl] = peers.flashmla_missing()
+        elif impl == "sglang":
+            try:
+                peers.load_sglang_extend()
+            except (FileNotFoundError, RuntimeError) as e:
+                out[impl] = str(e)
+    return out
+
+
+def _calls(impl: str, rot: Rotation) -> tuple[list, dict]:
+    """One prepared call per rotation set, and what to record about it."""
+    sets = [rot.inputs(i) for i in range(rot.n)]
+    if impl.startswith("native"):
+        ops = rot.native_ops(impl="auto")
+        return [op.run for op in ops], dict(kernel=ops[0].impl, splits=ops[0].plan.splits)
+    if impl == "flashmla":
+        keep = ("q", "kv_pool", "page_table", "prefix_lens")
+        return [peers.FlashMLAPrefix(**{k: s[k] for k in keep}, scale=SOFTMAX_SCALE).run for s in sets], {}
+    if impl == "flashmla_cascade":
+        return [peers.FlashMLACascade(**s, scale=SOFTMAX_SCALE).run for s in sets], {}
+    if impl == "sglang":
+        return [peers.SglangExtend(**s, scale=SOFTMAX_SCALE).run for s in sets], {}
+    if impl == "triton":
+        from ..attention.triton_extend import extend_attention_fwd, prepare_extend_inputs
+
+        preps = [prepare_extend_inputs(**s) for s in sets]
+        return [(lambda p=p: extend_attention_fwd(p, SOFTMAX_SCALE)) for p in preps], {}
+    raise ValueError(f"unknown implementation {impl!r}; choose from {list(PEER_IMPLS)}")
+
+
+def peer_sweep(
+    contexts=PEER_CONTEXTS, shapes=PEER_SHAPES, impls=tuple(PEER_IMPLS), rep_ms: float = 40.0, progress=print
+) -> tuple[list[dict], dict[str, str]]:
+    """Rows of ``impl, context, heads, nodes, page_size, ms`` (+ cost and rates) for each impl that
+    can run here, and {impl: why not} for those that cannot."""
+    unknown = [i for i in impls if i not in PEER_IMPLS]
+    if unknown:
+        raise ValueError(f"unknown implementation(s) {unknown}; choose from {list(PEER_IMPLS)}")
+    missing = missing_peers(impls)
+    for impl, why in missing.items():
+        progress(f"{impl}: not measured ({why})")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for ctx in contexts:
+        for h, t in shapes:
+            cost = attention_cost(ctx, t, h)
+            for ps in sorted({PEER_IMPLS[i] for i in impls}):
+                run = [i for i in impls if PEER_IMPLS[i] == ps and i not in missing]
+                if not run:
+                    continue
+                rot = Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
+                anchor = None  # ours on the first input set: every whole verify must agree with it
+                for impl in sorted(run, key=lambda i: not i.startswith("native")):
+                    t0 = time.time()
+                    calls, extra = _calls(impl, rot)
+                    ms = time_rotating(calls, rep_ms)
+                    out = calls[0]()[0].float()
+                    if anchor is None:
+                        anchor = out
+                    elif impl != "flashmla":  # FlashMLA alone leaves out the tree block
+                        extra["rel_diff_native"] = relative_error(out, anchor)
+                    rows.append(
+                        dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, **extra, **cost)
+                        | rates(cost, ms)
+                    )
+                    progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.4f} ms ({time.time() - t0:.1f}s)")
+                    del calls
+                del rot
+                torch.cuda.empty_cache()
+    return rows, missing

@@ -1,0 +1,92 @@
+"""The real peers: sglang 0.5.23's own Triton extend kernel, loaded unmodified from its wheel (on
+CPU under TRITON_INTERPRET=1, set in conftest), and FlashMLA on the GPU."""
+
+import math
+import zipfile
+
+import pytest
+import torch
+
+from specdiag.attention import gather_prefix, make_verify_inputs, peers, relative_error, tree_verify_attention_ref
+from specdiag.attention.reference import attend
+
+triton_extend = pytest.importorskip("specdiag.attention.triton_extend")
+SCALE = 1 / math.sqrt(192)
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+needs_sglang = pytest.mark.skipif(
+    peers.sglang_source() is None,
+    reason=f"no sglang wheel: pip download --no-deps sglang=={peers.SGLANG_VERSION} -d {peers.CACHE}",
+)
+
+
+@needs_sglang
+@pytest.mark.parametrize(
+    "lens, nodes, heads, page_size, shape",
+    [
+        ([45], 9, 2, 16, "random"),
+        ([0, 70, 33], 5, 1, 1, "chain"),  # ragged, one request without a prefix
+        ([40], 33, 1, 64, "fan"),  # two of the kernel's 32-row query blocks
+    ],
+)
+def test_real_sglang_kernel_matches_reference_and_our_imitation(lens, nodes, heads, page_size, shape):
+    dtype = torch.bfloat16 if DEV == "cuda" else torch.float32  # the interpreter has no bf16 dot
+    x, _ = make_verify_inputs(lens, nodes, heads, page_size=page_size, tree_shape=shape, seed=nodes, dtype=dtype)
+    ref_o, ref_l = tree_verify_attention_ref(**x, scale=SCALE)
+    xd = {k: v.to(DEV) for k, v in x.items()}
+    out, lse = peers.SglangExtend(**xd, scale=SCALE).run()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert relative_error(out, ref_o) < tol
+    assert relative_error(lse, ref_l) < tol
+    ours, _ = triton_extend.tree_verify_attention_triton(**xd, scale=SCALE)
+    assert relative_error(ours, out.float()) < tol
+
+
+@needs_sglang
+def test_sglang_kernel_is_loaded_unmodified_with_stubbed_engine_imports():
+    mod = peers.load_sglang_extend()
+    assert mod.__name__ == "sglang.kernels.ops.attention.extend_attention"
+    prov = peers.sglang_provenance()
+    assert prov["version"] == peers.SGLANG_VERSION and len(prov["sha256"]) == len(peers.SGLANG_FILES)
+    src = peers.sglang_source()
+    if src.suffix == ".whl":  # byte for byte what the wheel holds
+        with zipfile.ZipFile(src) as whl:
+            assert mod.__file__.endswith("extend_attention.py")
+            assert open(mod.__file__, "rb").read() == whl.read(peers.SGLANG_FILES[0])
+    with pytest.raises(AttributeError, match="no environment flag SGLANG_SOMETHING_NEW"):
+        peers._Envs().SGLANG_SOMETHING_NEW  # noqa: B018
+
+
+def test_missing_sglang_sources_are_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDIAG_SGLANG", str(tmp_path / "nope.whl"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        peers.sglang_source()
+    with pytest.raises(FileNotFoundError, match="lacks sglang/kernels/ops/attention/extend_attention.py"):
+        peers.load_sglang_extend(tmp_path)
+    whl = tmp_path / "sglang-0.5.23-x.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("sglang/__init__.py", "")
+    with pytest.raises(FileNotFoundError, match="not a sglang 0.5.23 wheel"):
+        peers.load_sglang_extend(whl)
+
+
+def test_flashmla_says_why_it_cannot_run():
+    why = peers.flashmla_missing()
+    if DEV == "cpu":
+        assert why == "no CUDA GPU"
+        with pytest.raises(RuntimeError, match="no CUDA GPU"):
+            peers.FlashMLAPrefix(None, None, None, None, SCALE)
+
+
+@pytest.mark.gpu
+def test_flashmla_prefix_and_cascade_match_reference():
+    if peers.flashmla_missing():
+        pytest.skip(peers.flashmla_missing())
+    x, _ = make_verify_inputs([5000, 300], nodes=9, heads=8, page_size=64, seed=5, device="cuda")
+    ref_o, ref_l = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SCALE)
+    out, lse = peers.FlashMLACascade(**x, scale=SCALE).run()
+    assert relative_error(out.cpu(), ref_o) < 1e-2 and relative_error(lse.cpu(), ref_l) < 1e-3
+    o1, l1 = peers.FlashMLAPrefix(x["q"], x["kv_pool"], x["page_table"], x["prefix_lens"], SCALE).run()
+    for b in range(2):  # the prefix alone against a float64 softmax over the prefix
+        keys = gather_prefix(x["kv_pool"].cpu(), x["page_table"][b].cpu(), int(x["prefix_lens"][b])).double()
+        ro, rl = attend(x["q"][b].cpu().double(), keys, SCALE, 512)
+        assert relative_error(o1[b].cpu(), ro) < 1e-2 and relative_error(l1[b].cpu(), rl) < 1e-3
