@@ -107,7 +107,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
-  const auto bar_p = [](int tile) { return (tile & 1) ? kBarP1 : kBarP0; };
 
   if (tid == 0) {
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
@@ -180,13 +179,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   // divergent and serialises them all (C7520).
   auto math = [&](auto first) {
     constexpr int C = decltype(first)::value;
+    // barriers of our tiles and of the other's, as immediates (racecheck does not follow a
+    // bar.arrive whose barrier is named by a register: tools/sanitize/arrive_probe.cu)
+    constexpr int P_OURS = C ? kBarP1 : kBarP0, P_OTHERS = C ? kBarP0 : kBarP1;
+    constexpr int EMPTY_OURS = C ? kBarEmpty1 : kBarEmpty0, EMPTY_OTHERS = C ? kBarEmpty0 : kBarEmpty1;
     float s[SN];
     uint32_t a[BN / 16][4];  // P (t) as the A fragments of P V
     float alpha[2];
     // (1) the other warpgroup's tile u: O rescaled by its factor, our half of its P V
     auto other_tile = [&](int u) {
       // the owner arrives P (u + 2) only after tile u + 2 landed, which needs our EMPTY (u) in (3)
-      bar_sync(bar_p(u), 2 * WG);
+      bar_sync(P_OTHERS, 2 * WG);
       fence_proxy_async();  // (the tile's V reached us through the owner's barriers)
       const float* al = &sm.alpha[u & 1][wr + g];
       const float* mx = &sm.max[u & 1][wr + g];
@@ -206,7 +209,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // unconditional so that ptxas sees O idle from here on, whichever the tile)
       wgmma_wait<0>();
       fence_o();
-      if (t >= 2) bar_arrive(bar_empty(t), NT);
+      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
       if (t >= 1) other_tile(t - 1);
       wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
@@ -229,7 +232,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
       wgmma_wait<1>();
       fence_o();
-      if (t >= 1 && t + 1 < n) bar_arrive(bar_empty(t - 1), NT);
+      if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
       // (4) the softmax of tile t
       wgmma_wait<0>();
 #pragma unroll
@@ -264,7 +267,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), a[nt >> 1][2 * (nt & 1) + 1]);
       }
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
-      bar_arrive(bar_p(t), 2 * WG);
+      bar_arrive(P_OURS, 2 * WG);
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();

@@ -33,11 +33,11 @@ if mode == "out":
             res[f"{i}:{impl}"] = (o.cpu().clone(), l.cpu().clone(), op.plan.n_prefix_splits + op.plan.n_tree_splits)
     torch.save(res, path)
 else:
-    if tag == "old":
+    try:
+        from specdiag.bench.timing import Rotation, time_rotating
+    except ImportError:  # revisions up to 9b20fc9
         from specdiag.bench import _Rotation as Rotation
         from specdiag.bench import _time_rotating as time_rotating
-    else:
-        from specdiag.bench.timing import Rotation, time_rotating
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx, h, t in [
