@@ -18,6 +18,7 @@ MODES = {
     "ablate": "a kernel with each stage left out",
     "peers": "ours beside FlashMLA and the real sglang kernel (data/peers_h200.json)",
     "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
+    "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
 }
 
 
@@ -66,13 +67,22 @@ def main(argv=None) -> int:
         save(a.out, "native_ablation", {"rows": ablate(impl="wgmma_seesaw" if a.impl == "auto" else a.impl)})
         return 0
     if a.mode == "sanitize":
-        from .sanitize import sanitize
+        from .sanitize import probe, sanitize
 
         rows = sanitize([*KERNELS] if a.impl == "auto" else [a.impl])
-        save(a.out, "sanitizer", {"rows": rows})
+        probes = probe()
+        save(a.out, "sanitizer", {"rows": rows, "probe": probes})
         bad = [r for r in rows if r["findings"] != 0 or r["exit_code"] != 0]
         print(f"{len(rows) - len(bad)} clean, {len(bad)} not")
         return 1 if bad else 0
+    if a.mode == "engine":
+        from ..attention.peers import sglang_provenance
+        from .engine import engine_checks, engine_step_times
+
+        checks = engine_checks()
+        steps = engine_step_times()
+        save(a.out, "engine", {"sglang": sglang_provenance(), "checks": checks, "steps": steps, "layers": LAYERS})
+        return 0
     ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     ceilings = timing.measure_ceilings()
     print(ceilings)

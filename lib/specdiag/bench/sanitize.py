@@ -2,7 +2,10 @@
 small shapes: ragged batches, page sizes 1 and 64, an empty prefix, several splits.
 
 ``sanitize()`` runs each tool on ``python -m specdiag.bench.sanitize --workload IMPL`` in a child
-process and parses the tool's summary line.
+process and parses the tool's summary line and, for racecheck, the distinct (write, read) code
+offsets of the hazards it prints. ``probe()`` runs racecheck on ``tests/cuda/racecheck_probe.cu``:
+named-barrier handoffs that are correct by the PTX memory model, to tell the tool's reach from a
+kernel's race.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
 # (prefix_lens, nodes, heads, page_size, prefix_splits)
@@ -20,9 +25,12 @@ WORKLOAD = (
     ([0, 200, 31], 33, 4, 1, 2),
     ([129], 65, 2, 16, None),
 )
-_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors|hazards)")
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors|hazards)(?: displayed \((\d+) errors)?")
+_ACCESS = re.compile(r"(Write|Read) (?:Thread \S+ at|access at) (.+?\+0x[0-9a-f]+)")
+PROBE = Path(__file__).resolve().parents[3] / "tests" / "cuda" / "racecheck_probe.cu"
+PROBE_MODES = ("sync", "arrive", "arrive_reg", "sync_partial", "pingpong", "pingpong_sync", "pingpong_then_sync", "seesaw")
 
-__all__ = ["TOOLS", "WORKLOAD", "run_workload", "sanitize"]
+__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "run_workload", "sanitize", "probe"]
 
 
 def run_workload(impl: str) -> None:
@@ -52,19 +60,47 @@ def sanitize(impls, tools=TOOLS, progress=print) -> list[dict]:
     for tool in tools:
         for impl in impls:
             t0 = time.time()
-            cmd = [exe, "--tool", tool, sys.executable, "-m", "specdiag.bench.sanitize", "--workload", impl]
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            found = _SUMMARY.findall(res.stdout + res.stderr)
-            row = dict(
-                tool=tool,
-                impl=impl,
-                exit_code=res.returncode,
-                findings=int(found[-1][1]) if found else None,
-                summary=" ".join(found[-1]) if found else (res.stdout + res.stderr)[-2000:],
-                seconds=round(time.time() - t0, 1),
-            )
+            row = _run(exe, tool, [sys.executable, "-m", "specdiag.bench.sanitize", "--workload", impl])
+            row = dict(tool=tool, impl=impl, **row, seconds=round(time.time() - t0, 1))
             rows.append(row)
-            progress(f"{tool:>9} {impl:>13}: {row['findings']} findings, exit {res.returncode} ({row['seconds']} s)")
+            progress(f"{tool:>9} {impl:>13}: {row['findings']} findings, exit {row['exit_code']} ({row['seconds']} s)")
+    return rows
+
+
+def _run(exe: str, tool: str, cmd: list[str]) -> dict:
+    """One compute-sanitizer run: exit code, findings (the summary's count), the hazards' distinct
+    (write, read) code offsets as printed (up to 200 reports)."""
+    res = subprocess.run([exe, "--tool", tool, "--print-limit", "200", *cmd], capture_output=True, text=True)
+    text = res.stdout + res.stderr
+    found = _SUMMARY.findall(text)
+    findings = None
+    if found:
+        kind, shown, _, total = found[-1]
+        findings = int(total) if total else int(shown)
+    accesses = _ACCESS.findall(text)
+    pairs = sorted({(f"{a[0]} {a[1]}", f"{b[0]} {b[1]}") for a, b in zip(accesses[::2], accesses[1::2])})
+    return dict(
+        exit_code=res.returncode,
+        findings=findings,
+        hazard_pcs=[list(p) for p in pairs],
+        summary=" ".join(x for x in found[-1] if x) if found else text[-2000:],
+        output=text[-400:] if res.returncode else "",
+    )
+
+
+def probe(progress=print) -> list[dict]:
+    """racecheck on each mode of tests/cuda/racecheck_probe.cu (correct programs all)."""
+    exe = shutil.which("compute-sanitizer")
+    if exe is None or shutil.which("nvcc") is None or not PROBE.is_file():
+        raise RuntimeError("the probe needs compute-sanitizer, nvcc and a checkout's tests/cuda/racecheck_probe.cu")
+    rows = []
+    with tempfile.TemporaryDirectory() as td:
+        binary = str(Path(td) / "probe")
+        subprocess.run(["nvcc", "-arch=sm_90", "-o", binary, str(PROBE)], check=True, capture_output=True)
+        for mode in PROBE_MODES:
+            row = dict(tool="racecheck", impl=f"probe:{mode}", **_run(exe, "racecheck", [binary, mode]))
+            rows.append(row)
+            progress(f"racecheck probe {mode:>10}: {row['findings']} findings, exit {row['exit_code']}")
     return rows
 
 

@@ -1,0 +1,95 @@
+// racecheck's view of named-barrier handoffs, the seesaw kernel's patterns in a few lines.
+//   sync, arrive, arrive_reg: warp 1 writes shared memory, then syncs on barrier 1, or arrives on
+//     it (bar.arrive, a release in the PTX memory model) by an immediate or a register id; warp 0
+//     syncs on barrier 1 and reads.
+//   sync_partial: sync, in a block of 3 warps whose third exits at once (the barrier counts 64 of
+//     96 threads, as the seesaw's math warpgroups' barriers count 256 of 384).
+//   pingpong: the seesaw's exchange of row factors: warps 0 and 1 take rounds in turn; in round r
+//     the owner (r % 2) writes box[r % 2], arrives on barrier 1 + r % 2 and the other syncs on it
+//     and reads, before it writes its own round's values. pingpong_sync: the owner syncs instead.
+//     pingpong_then_sync: pingpong, then both warps swap a value through bar.sync 3 (the seesaw's
+//     epilogue exchange of row sums after its rounds).
+//   seesaw: pingpong_then_sync with the seesaw's loader: a third warp waits on barrier 4 (96
+//     threads) before each of its rounds, which the two others arrive on as they finish a round,
+//     then exits; the final swap goes through barrier 5 (64 threads).
+// Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
+// racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
+#include <cstdio>
+#include <cstring>
+
+constexpr int ROUNDS = 6;
+
+__global__ void handoff(int* out, int mode, int id) {
+  __shared__ int box[2][32];
+  __shared__ int last[2][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == 2) {  // sync_partial's third warp exits; seesaw's is the loader
+    for (int r = 0; mode == 7 && r + 1 < ROUNDS; ++r) asm volatile("bar.sync 4, 96;\n" ::: "memory");
+    return;
+  }
+  if (mode >= 3) {
+    int sum = 0;
+    for (int r = 0; r < ROUNDS; ++r) {
+      if (r % 2 == warp) {
+        box[r % 2][lane] = r * 100 + lane;
+        if (mode == 4)  // pingpong_sync
+          asm volatile("bar.sync %0, 64;\n" ::"r"(1 + r % 2) : "memory");
+        else if (r % 2)
+          asm volatile("bar.arrive 2, 64;\n" ::: "memory");
+        else
+          asm volatile("bar.arrive 1, 64;\n" ::: "memory");
+      } else {
+        if (r % 2)
+          asm volatile("bar.sync 2, 64;\n" ::: "memory");
+        else
+          asm volatile("bar.sync 1, 64;\n" ::: "memory");
+        sum += box[r % 2][lane] - r * 100 - lane;
+      }
+      if (mode == 7 && r + 1 < ROUNDS) asm volatile("bar.arrive 4, 96;\n" ::: "memory");
+    }
+    if (mode == 6 || mode == 7) {  // the final swap
+      if (lane % 4 == 0) last[warp][lane] = warp;
+      if (mode == 6)
+        asm volatile("bar.sync 3, 64;\n" ::: "memory");
+      else
+        asm volatile("bar.sync 5, 64;\n" ::: "memory");
+      sum += lane % 4 ? 0 : last[warp ^ 1][lane] - (warp ^ 1);
+    }
+    out[warp * 32 + lane] = sum;
+    return;
+  }
+  if (warp == 1) {
+    box[0][lane] = lane + 1;
+    if (mode == 1)
+      asm volatile("bar.arrive 1, 64;\n" ::: "memory");
+    else if (mode == 2)
+      asm volatile("bar.arrive %0, 64;\n" ::"r"(id) : "memory");
+    else
+      asm volatile("bar.sync 1, 64;\n" ::: "memory");
+    out[32 + lane] = 0;
+  } else {
+    asm volatile("bar.sync 1, 64;\n" ::: "memory");
+    out[lane] = box[0][lane] - lane - 1;
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* name = argc > 1 ? argv[1] : "sync";
+  const char* modes[] = {"sync", "arrive", "arrive_reg", "pingpong", "pingpong_sync", "sync_partial", "pingpong_then_sync", "seesaw"};
+  int mode = -1;
+  for (int i = 0; i < 8; ++i)
+    if (!strcmp(name, modes[i])) mode = i;
+  if (mode < 0) {
+    fprintf(stderr, "unknown mode %s\n", name);
+    return 2;
+  }
+  int* out;
+  cudaMalloc(&out, 64 * sizeof(int));
+  handoff<<<1, mode == 5 || mode == 7 ? 96 : 64>>>(out, mode == 5 ? 0 : mode, 1);
+  int host[64];
+  cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
+  int bad = 0;
+  for (int i = 0; i < 64; ++i) bad += host[i] != 0;
+  printf("%s: %d wrong\n", name, bad);
+  return bad != 0;
+}

@@ -1,0 +1,42 @@
+"""specdiag.bench.sanitize's reading of compute-sanitizer's reports (no GPU: the tool's output is
+replayed), and the racecheck probe compiles."""
+
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from specdiag.bench import sanitize
+
+RACE = """========= COMPUTE-SANITIZER
+========= Error: Potential RAW hazard detected at __shared__ 0x365a0 in block (0,0,0) :
+=========     Write Thread (192,0,0) at k+0xa940
+=========     Read Thread (64,0,0) at k+0x17900
+========= Error: Race reported between Write access at k+0xa8d0
+=========     and Read access at k+0x17920 [16 hazards]
+========= Error: Potential RAW hazard detected at __shared__ 0x365a1 in block (0,0,0) :
+=========     Write Thread (196,0,0) at k+0xa940
+=========     Read Thread (68,0,0) at k+0x17900
+========= RACECHECK SUMMARY: 3 hazards displayed (8370 errors, 0 warnings)
+"""
+
+
+def test_reports_are_read_into_counts_and_code_offsets(monkeypatch):
+    outputs = iter([RACE, "========= ERROR SUMMARY: 0 errors\n"])
+    monkeypatch.setattr(
+        subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout=next(outputs), stderr="")
+    )
+    row = sanitize._run("compute-sanitizer", "racecheck", ["x"])
+    assert row["findings"] == 8370  # the total, not the displayed count
+    assert row["hazard_pcs"] == [["Write k+0xa8d0", "Read k+0x17920"], ["Write k+0xa940", "Read k+0x17900"]]
+    clean = sanitize._run("compute-sanitizer", "memcheck", ["x"])
+    assert clean["findings"] == 0 and clean["hazard_pcs"] == []
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_racecheck_probe_compiles(tmp_path):
+    res = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-o", str(tmp_path / "probe"), str(sanitize.PROBE)], capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
