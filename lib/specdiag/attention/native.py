@@ -173,6 +173,37 @@ class NativeTreeVerify:
             ),
         )
 
+    def bind(self, q=None, kv_pool=None, tree_kv=None, out=None) -> "NativeTreeVerify":
+        """Point the prepared launches at other tensors of the same shapes, dtype and device (the
+        next layer's q, KV pool and tree latents; ``out``: where ``run()`` writes, [B, T, H, 512]
+        bf16), keeping the plan: one plan per step, one ``bind`` + ``run`` per layer."""
+        q_, pool, _, _, tkv, _ = self._keep
+        new = dict(q=q, kv_pool=kv_pool, tree_kv=tree_kv, out=out)
+        have = dict(q=q_, kv_pool=pool, tree_kv=tkv, out=self.out)
+        for name, t in new.items():
+            if t is None:
+                continue
+            if t.numel() != have[name].numel() or t.shape[-1] != have[name].shape[-1]:
+                raise ValueError(
+                    f"bind: {name} has shape {tuple(t.shape)}, the plan was made for {tuple(have[name].shape)}"
+                )
+            if t.dtype != have[name].dtype or t.device != have[name].device or not t.is_contiguous():
+                raise ValueError(f"bind: {name} must be contiguous {have[name].dtype} on {have[name].device}")
+            if name == "kv_pool" and t.shape[1:] != pool.shape[1:]:
+                raise ValueError(
+                    f"bind: kv_pool pages are {tuple(t.shape[1:])}, the plan's are {tuple(pool.shape[1:])}"
+                )
+            setattr(self.params, name, t.data_ptr())
+        keep = dict(zip(("q", "kv_pool", "page_table", "prefix_lens", "tree_kv", "tree_mask"), self._keep))
+        keep.update({k: t for k, t in new.items() if t is not None and k != "out"})
+        self._keep = tuple(keep.values())  # the launches hold raw pointers: keep their tensors alive
+        if out is not None:
+            self.out = out.view(self.out.shape)
+        packed = bytes(self.params)
+        for launch in self._launches:
+            launch.buf = packed
+        return self
+
     def run(self):
         for launch in self._launches:
             launch()
