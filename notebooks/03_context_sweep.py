@@ -26,6 +26,7 @@
 smoke = False  # small and fast (used by the tests)
 measure = "auto"  # "auto": measure on a GPU if there is one, else use data/; "always"; "never"
 sweep_file = "context_sweep_h200.json"
+peers_file = "peers_h200.json"
 heads = 8  # heads per GPU (Kimi-K2 at TP8)
 nodes = 9  # tree nodes incl. root (budget 8)
 
@@ -102,6 +103,59 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=inc["step_ms"], sour
 base = sel[sel.impl == "triton"].set_index("context")
 print("baseline per-layer time / floor:")
 print(base[["ms", "floor_ms", "x_floor", "ctas"]].round(3).to_string())
+
+# %% [markdown]
+# ## The deployment's own kernel
+# The baseline above is this workbook's imitation of the engine's kernel. The real one, SGLang
+# 0.5.23's Triton `extend_attention_fwd`, loaded unmodified from its wheel and called with the
+# arguments its Triton backend passes in target-verify, was timed beside it and beside the fix in
+# one run (`data/peers_h200.json`; notebook 05 section 5 has the rest of that run).
+
+
+# %%
+def run_peers():
+    from specdiag.bench import peers, timing
+
+    contexts = (4096, 32768) if smoke else peers.PEER_CONTEXTS
+    rows, missing = peers.peer_sweep(
+        contexts=contexts, shapes=((heads, nodes),), impls=("native", "sglang", "triton"), rep_ms=20 if smoke else 40
+    )
+    return {"ceilings": timing.measure_ceilings(), "rows": rows, "missing": missing}
+
+
+peers_doc = data.measure_or_load(measure, peers_file, run_peers)
+pdf = analysis.add_roofline(data.sweep_frame(peers_doc), peers_doc["ceilings"])
+real = pdf[(pdf.heads == heads) & (pdf.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")
+real["sglang x61 (s)"] = real["sglang"] * analysis.LAYERS / 1e3
+real["sglang / our imitation"] = real["sglang"] / real["triton"]
+real["sglang / the fix"] = real["sglang"] / real["native"]
+print(analysis.speedup_range(pdf[pdf.heads == heads], "sglang", "native", "the real sglang kernel / the fix"))
+real[["sglang", "triton", "native", "sglang x61 (s)", "sglang / our imitation", "sglang / the fix"]].round(3)
+
+# %% [markdown]
+# ## Why the H200 baseline is slower than the deployment's whole step
+# At 185k the real kernel's 61 layers alone take longer on this H200 than the deployment's whole
+# step on its own GPUs (printed below). The two numbers come from different GPUs: the deployment
+# ran on RTX PRO 6000 Blackwell cards (sm_120). This kernel's time is set by one CTA's serial
+# walk over the prefix (8 CTAs, one per head, on a GPU of 132 SMs), so what matters is how fast
+# one SM streams tokens (its clock, its memory latency, the tile shape), not the GPU's bandwidth
+# or size; and the engine picks a different tile shape on sm_120 than on Hopper (printed from
+# the sglang source below). Neither GPU's time is anywhere near the bandwidth floor.
+
+# %%
+c185 = int(real.index.max())
+print(
+    f"{c185:,} tokens: real kernel x61 on this H200 {real.loc[c185, 'sglang x61 (s)']:.2f} s; "
+    f"the deployment's whole step {inc['step_ms'].get(c185, float('nan')) / 1e3:.2f} s"
+)
+from specdiag.attention import peers as peer_kernels
+
+try:
+    for cap in ((9, 0), (12, 0)):
+        tile = peer_kernels.sglang_tile(cap)
+        print(f"sglang's tile on sm_{cap[0]}{cap[1]}: {tile['block_m']} query rows x {tile['block_n']} keys")
+except FileNotFoundError as e:
+    print(f"(no sglang source here to read its tile shapes: {e})")
 
 # %% [markdown]
 # The baseline's time grows linearly with context at about **0.9 TFLOP/s and ~0.01 TB/s**:

@@ -90,3 +90,12 @@ def test_flashmla_prefix_and_cascade_match_reference():
         keys = gather_prefix(x["kv_pool"].cpu(), x["page_table"][b].cpu(), int(x["prefix_lens"][b])).double()
         ro, rl = attend(x["q"][b].cpu().double(), keys, SCALE, 512)
         assert relative_error(o1[b].cpu(), ro) < 1e-2 and relative_error(l1[b].cpu(), rl) < 1e-3
+
+
+@needs_sglang
+def test_sglang_tile_is_read_from_its_source_and_leaves_the_module_as_it_was():
+    mod = peers.load_sglang_extend()
+    before = (mod._is_cuda, vars(mod).get("CUDA_CAPABILITY"))
+    assert peers.sglang_tile((9, 0)) == dict(block_m=32, block_n=64, num_warps=8)
+    assert peers.sglang_tile((12, 0)) == dict(block_m=32, block_n=32, num_warps=8)
+    assert (mod._is_cuda, vars(mod).get("CUDA_CAPABILITY")) == before

@@ -14,6 +14,9 @@ __all__ = [
     "speedup_table",
     "speedup_range",
     "with_auto",
+    "PEER_TARGETS",
+    "peer_table",
+    "peer_targets",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -85,3 +88,73 @@ def with_auto(df, name: str = "native_auto"):
             picks[-1]["kernel"] = hopper_auto(h * t, ctx)
             picks[-1]["impl"] = name
     return pd.concat([df, pd.DataFrame(picks)], ignore_index=True) if picks else df
+
+
+# The kernel's targets beside the real peers (data/peers_h200.json), measured in one run:
+# our whole verify <= FlashMLA's prefix call from 32k; the deployment's shape <= 65 us; at >= 2000
+# query rows <= 1.1x the floor.
+PEER_TARGETS = dict(
+    min_context=32768, vs_flashmla=1.00, deployment=(185000, 8, 9), deployment_us=65.0, rows=2000, vs_floor=1.10
+)
+
+
+def peer_table(df):
+    """Per (context, heads, nodes): each impl's ms, and ours against the peers and the floor
+    (``df``: a peers recording's rows with ``add_roofline``'s columns)."""
+    keys = ["context", "heads", "nodes"]
+    t = df.pivot_table(index=keys, columns="impl", values="ms")
+    floor = df[df.impl == "native"].set_index(keys)["floor_ms"]
+    t["floor"] = floor
+    if "flashmla" in t:
+        t["native / flashmla"] = t["native"] / t["flashmla"]
+        t["flashmla / floor"] = t["flashmla"] / t["floor"]  # its floor: the whole verify's
+    if "sglang" in t:
+        t["sglang / native"] = t["sglang"] / t["native"]
+    t["native / floor"] = t["native"] / t["floor"]
+    t["rows"] = [h * n for _, h, n in t.index]
+    return t.reset_index()
+
+
+def peer_targets(table, targets: dict = PEER_TARGETS) -> list[dict]:
+    """Each target: what it asks, what the recording gives, met or not."""
+    out = []
+    long = table[table.context >= targets["min_context"]]
+    if "native / flashmla" in long:
+        r = long["native / flashmla"]
+        k = targets["min_context"] // 1024
+        within = int((r <= targets["vs_flashmla"]).sum())
+        out.append(
+            dict(
+                target=f"ours <= {targets['vs_flashmla']:.2f}x FlashMLA's prefix call, every shape >= {k}k",
+                measured=f"{within} of {len(r)} shapes; median {r.median():.2f}x, worst {r.max():.2f}x",
+                met=bool((r <= targets["vs_flashmla"]).all()),
+            )
+        )
+    ctx, h, n = targets["deployment"]
+    dep = table[(table.context == ctx) & (table.heads == h) & (table.nodes == n)]
+    if len(dep):
+        us = float(dep.native.iloc[0]) * 1e3
+        peer = f", FlashMLA's prefix call {float(dep.flashmla.iloc[0]) * 1e3:.1f} us" if "flashmla" in dep else ""
+        out.append(
+            dict(
+                target=f"{ctx:,} x {h} heads x {n} nodes <= {targets['deployment_us']:.0f} us",
+                measured=f"{us:.1f} us (floor {float(dep.floor.iloc[0]) * 1e3:.1f} us{peer})",
+                met=us <= targets["deployment_us"],
+            )
+        )
+    many = long[long.rows >= targets["rows"]]
+    if len(many):
+        x = many["native / floor"]
+        peer = ""
+        if "flashmla / floor" in many:
+            f = many["flashmla / floor"]
+            within = int((f <= targets["vs_floor"]).sum())
+            peer = f"; FlashMLA's prefix call {f.min():.2f}x to {f.max():.2f}x, within at {within}"
+        out.append(
+            dict(
+                target=f">= {targets['rows']} query rows: <= {targets['vs_floor']:.1f}x the floor",
+                measured=f"{x.min():.2f}x to {x.max():.2f}x over {len(x)} shapes{peer}",
+                met=bool((x <= targets["vs_floor"]).all()),
+            )
+        )
+    return out

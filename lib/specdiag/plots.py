@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from .attention.registry import KERNELS
 
-__all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "SERIES"]
+__all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "peers_vs_context", "SERIES", "PEER_SERIES"]
 
 # The series a figure may show, in legend order: the baseline, what auto runs, the portable
 # kernel, the naive path. Other implementations in a frame are left out.
@@ -18,10 +18,19 @@ SERIES = {
 }
 
 
-def _impl_lines(ax, df, heads: int, nodes: int, values) -> None:
+# data/peers_h200.json's series: the deployment's own kernel, ours, the peer, the floor
+PEER_SERIES = {
+    "sglang": ("tab:red", "sglang 0.5.23 Triton extend, page_size=1 (what the deployment ran)"),
+    "native": ("tab:blue", "native, impl='auto', page_size=1 (the fix)"),
+    "flashmla": ("tab:orange", "FlashMLA prefix call alone (no tree block, page 64)"),
+    "flashmla_cascade": ("tab:purple", "FlashMLA + tree block + merge in torch (page 64)"),
+}
+
+
+def _impl_lines(ax, df, heads: int, nodes: int, values, series=None) -> None:
     """One line per known series for a (heads, nodes) shape: ``values(group)`` against context."""
     sel = df[(df.heads == heads) & (df.nodes == nodes) & df.ms.notna()]
-    for impl, (color, label) in SERIES.items():
+    for impl, (color, label) in (series or SERIES).items():
         g = sel[sel.impl == impl]
         if len(g):
             ax.plot(g.context / 1024, values(g), "o-", color=color, label=label)
@@ -81,3 +90,17 @@ def speedup_bars(table, context: int, source: str | None = None):
     ax.set_title(_titled(f"speed-up at {context:,} tokens of context", source))
     fig.tight_layout()
     return fig
+
+
+def peers_vs_context(df, heads: int, nodes: int, source: str | None = None):
+    """Per-layer time against context beside the real peers, with the floor (df: a peers
+    recording with ``analysis.add_roofline``'s columns)."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    _impl_lines(ax, df, heads, nodes, lambda g: g.ms * 1e3, series=PEER_SERIES)
+    fl = df[(df.heads == heads) & (df.nodes == nodes) & (df.impl == "native")].sort_values("context")
+    ax.plot(fl.context / 1024, fl.floor_ms * 1e3, "k:", label="floor: max(bytes/BW, FLOPs/GEMM), same run")
+    ax.set_yscale("log")
+    ax.set_xlabel("context (k tokens)")
+    ax.set_ylabel("one layer's verify attention (us)")
+    ax.set_title(_titled(f"beside the real peers: {heads} heads, {nodes}-node tree", source))
+    return _finish(fig, ax)

@@ -38,6 +38,7 @@ __all__ = [
     "sglang_source",
     "load_sglang_extend",
     "sglang_provenance",
+    "sglang_tile",
     "SglangExtend",
     "flashmla_missing",
     "FlashMLAPrefix",
@@ -149,6 +150,24 @@ def sglang_provenance(source: str | Path | None = None) -> dict:
         source=src.name,
         sha256={f.rsplit("/", 1)[1]: hashlib.sha256((folder / f).read_bytes()).hexdigest() for f in SGLANG_FILES},
     )
+
+
+def sglang_tile(capability: tuple[int, int], lq: int = MLA_HEAD_DIM, lv: int = MLA_V_DIM, source=None) -> dict:
+    """The tile sglang's extend kernel uses on a CUDA GPU of ``capability``, read from its own
+    source (its block-size rule, run with the capability set for the call and restored after)."""
+    mod = load_sglang_extend(source)
+    had = "CUDA_CAPABILITY" in vars(mod)
+    saved = mod._is_cuda, vars(mod).get("CUDA_CAPABILITY")
+    try:
+        mod._is_cuda, mod.CUDA_CAPABILITY = True, tuple(capability)
+        _, _, _, block_m, block_n, warps = mod._get_block_sizes_for_extend_attention(lq, lv)
+    finally:
+        mod._is_cuda = saved[0]
+        if had:
+            mod.CUDA_CAPABILITY = saved[1]
+        else:
+            del mod.CUDA_CAPABILITY
+    return dict(block_m=block_m, block_n=block_n, num_warps=warps)
 
 
 class SglangExtend:
