@@ -12,7 +12,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="specdiag", description="Tree speculative decoding investigation workbook")
     ap.add_argument("--version", action="version", version=f"specdiag {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="execute notebooks/01..05 headless with papermill")
+    run = sub.add_parser("run", help="execute notebooks/NN_*.py headless with papermill")
     run.add_argument(
         "--out", default="runs/latest", help="folder for executed notebooks, HTML and summary (default: runs/latest)"
     )

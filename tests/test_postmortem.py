@@ -1,0 +1,35 @@
+"""The bottom line's arithmetic (specdiag.postmortem) on made-up numbers with known answers."""
+
+import pytest
+
+from specdiag import postmortem
+
+STEPS = {1000: 100.0, 2000: 200.0, 4000: 600.0}
+BASE = {1000: 1.0, 2000: 2.0, 4000: 4.0}  # ms per layer on the H200, linear in context
+
+
+def test_reading_1_gives_attention_as_much_as_every_step_allows():
+    split, k = postmortem.split_steps(BASE, STEPS, layers=50)  # H200 attention 50, 100, 200 ms
+    assert k == pytest.approx(2.0)  # min(100/50, 200/100, 600/200)
+    assert split.rest_ms.tolist() == pytest.approx([0.0, 0.0, 200.0])
+    floor, k_floor = postmortem.split_steps(BASE, STEPS, layers=50, rest_floor_ms=10.0)
+    assert k_floor == pytest.approx(1.8) and floor.rest_ms.min() == pytest.approx(10.0)
+
+
+def test_reading_2_caps_attention_at_each_step():
+    split, _ = postmortem.split_steps(BASE, STEPS, layers=50, k=3.0)
+    assert split.attention_ms.tolist() == pytest.approx([100.0, 200.0, 600.0])
+    assert split.rest_ms.tolist() == pytest.approx([0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="leaves no time for attention"):
+        postmortem.split_steps(BASE, STEPS, layers=50, rest_floor_ms=100.0)
+    with pytest.raises(ValueError, match="no baseline measurement"):
+        postmortem.split_steps({5: 1.0}, STEPS)
+
+
+def test_fixed_steps_carry_the_fix_over_by_bandwidth():
+    split, _ = postmortem.split_steps(BASE, STEPS, layers=50)
+    fixed = postmortem.fixed_steps(split, {c: 0.01 for c in BASE}, 4.0, 2.0, commits=(1, 8), layers=50)
+    assert fixed.native_attention_ms.tolist() == pytest.approx([1.0, 1.0, 1.0])  # 0.5 ms x 4/2
+    assert fixed.fixed_step_ms.tolist() == pytest.approx([1.0, 1.0, 201.0])
+    assert fixed.tok_s_fixed_commit8.iloc[-1] == pytest.approx(8e3 / 201.0)
+    assert fixed.tok_s_now_commit1.iloc[0] == pytest.approx(10.0)
