@@ -8,11 +8,74 @@ import sys
 from . import __version__
 
 
+def _notebook_help() -> str:
+    """The notebooks and the parameters each declares (for --help)."""
+    from .runner import WorkbookError, find_notebooks, notebook_parameters
+
+    try:
+        books = find_notebooks()
+    except WorkbookError as e:
+        return str(e)
+    lines = ["notebooks and their parameters (defaults):"]
+    for b in books:
+        try:
+            params = notebook_parameters(b)
+        except WorkbookError as e:
+            params = {"?": str(e)}
+        lines.append(f"  {b.stem}: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+    return "\n".join(lines)
+
+
+def _fail(msg: str) -> int:
+    print(f"specdiag: {msg}", file=sys.stderr)
+    return 2
+
+
+def _check_out(path: str) -> str | None:
+    """Why ``path`` cannot take the run's files, or None."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        return f"--out {path} is a file, not a folder"
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"--out {path}: cannot create it ({e.strerror})"
+    probe = p / ".specdiag-write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return f"--out {path}: cannot write there ({e.strerror})"
+    return None
+
+
+def _check_kernel(name: str) -> str | None:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    known = sorted(KernelSpecManager().find_kernel_specs())
+    return (
+        None
+        if name in known
+        else f"--kernel {name!r} is not an installed Jupyter kernel; installed: {', '.join(known)}"
+    )
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="specdiag", description="Tree speculative decoding investigation workbook")
+    ap = argparse.ArgumentParser(
+        prog="specdiag",
+        description="Tree speculative decoding investigation workbook",
+        epilog="specdiag run --help lists the notebooks and their parameters",
+    )
     ap.add_argument("--version", action="version", version=f"specdiag {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    run = sub.add_parser("run", help="execute notebooks/NN_*.py headless with papermill")
+    run = sub.add_parser(
+        "run",
+        help="execute notebooks/NN_*.py headless with papermill",
+        epilog=_notebook_help() if argv is None or "-h" in argv or "--help" in argv else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument(
         "--out", default="runs/latest", help="folder for executed notebooks, HTML and summary (default: runs/latest)"
     )
@@ -36,7 +99,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     if a.cmd == "run":
-        from .runner import WorkbookError, find_notebooks, parse_param, run_workbook, summary_table
+        from .runner import WorkbookError, check_parameters, find_notebooks, parse_param, run_workbook, summary_table
 
         params = {name: parse_param(value) for name, value in a.parameter}
         try:
@@ -44,8 +107,15 @@ def main(argv=None) -> int:
             if a.only:
                 books = [b for b in books if any(b.name.startswith(o) for o in a.only)]
                 if not books:
-                    print(f"specdiag: no notebook matches {a.only}", file=sys.stderr)
-                    return 2
+                    names = ", ".join(b.stem for b in find_notebooks())
+                    return _fail(f"--only {' '.join(a.only)} matches no notebook; they are: {names}")
+            params = check_parameters(params, books)
+        except WorkbookError as e:
+            return _fail(str(e))
+        why = _check_out(a.out) or (_check_kernel(a.kernel) if a.kernel else None)
+        if why:
+            return _fail(why)
+        try:
             results = run_workbook(a.out, params, notebooks=books, html=not a.no_html, kernel_name=a.kernel)
         except WorkbookError as e:
             print(f"specdiag: {e}", file=sys.stderr)

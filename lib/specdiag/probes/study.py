@@ -81,6 +81,11 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=131072)
     ap.add_argument("--no-ncu", action="store_true")
     a = ap.parse_args(argv)
+    from ..machine import gpu_available
+
+    if not gpu_available():
+        print(f"{ap.prog}: needs a CUDA GPU (the notebooks show the recordings in data/ without one)", file=sys.stderr)
+        return 2
     doc = collect(a.seconds, a.period, a.context, ncu=not a.no_ncu)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1, default=float))

@@ -78,6 +78,11 @@ def main(argv=None) -> int:
     ap.add_argument("--nodes", type=int, default=9)
     ap.add_argument("--impl", default="auto", choices=["auto", *KERNELS], help="native: which kernel")
     a = ap.parse_args(argv)
+    from ..machine import gpu_available
+
+    if not gpu_available():
+        print(f"{ap.prog}: needs a CUDA GPU (the notebooks show the recordings in data/ without one)", file=sys.stderr)
+        return 2
     import torch
 
     fn = make_workload(a.name, a.context, a.heads, a.nodes, impl=a.impl)
