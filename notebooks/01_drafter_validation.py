@@ -154,6 +154,21 @@ axes[0, 0].legend(fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
+# **Explore.** Pick a drafter, a kind of text and the faults to compare (live in JupyterLab;
+# the figure above is the whole recording). Below it, one DDTree step: the tree the best-first
+# builder makes for a budget, and the path a target accepts.
+
+# %%
+from specdiag import widgets
+
+widgets.commit_explorer(df).widget()
+
+# %%
+step = widgets.ddtree_explorer()
+fig = step.static()  # budget 8: the default view
+step.widget()
+
+# %% [markdown]
 # ## 3. Whose fault is a drop? Each model against the known answer
 # Commit length measures how often drafter and target *agree*. On predictable text the right
 # next token is known, so each model can be scored on its own (teacher-forced accuracy over the

@@ -134,8 +134,34 @@ for ax in axes:
     for phase, g in g0.groupby("phase", sort=False):
         if phase and not phase.startswith("idle"):
             ax.axvspan(g.t_s.min(), g.t_s.max(), alpha=0.08, color="k")
-fig.suptitle("the same 'utilization' for very different amounts of work")
+for phase, g in g0.groupby("phase", sort=False):  # name each shaded workload
+    if phase and not phase.startswith("idle"):
+        axes[0].text((g.t_s.min() + g.t_s.max()) / 2, 103, phase, ha="center", va="bottom", fontsize=8)
+fig.suptitle(f"the same 'utilization' for very different amounts of work\n({data.provenance(doc)})")
 fig.tight_layout()
+
+# %% [markdown]
+# Which kernel each workload ran (from Nsight Compute's report of the same run), and the timeline
+# one workload at a time:
+
+# %%
+from specdiag.attention.registry import KERNELS
+
+entries = {k.entry: k.name for k in KERNELS.values()}
+for name, rows_ in (doc.get("ncu") or {}).items():
+    if isinstance(rows_, list) and rows_:
+        for kernel in sorted({r.get("Kernel Name", "?") for r in rows_}):
+            now = f" (impl {entries[kernel]!r})" if kernel in entries else ""
+            if name == "native" and not now:
+                now = " (a kernel since retired: not in today's registry; docs/kernel_notes.md has its record)"
+            print(f"{name}: {kernel}{now}")
+
+# %%
+from specdiag import widgets
+
+timeline = widgets.timeline_explorer(samples)
+fig = timeline.static()  # the baseline: the default view
+timeline.widget()
 
 # %% [markdown]
 # ## Reading it

@@ -141,6 +141,18 @@ print(analysis.speedup_range(pdf[pdf.heads == heads], "sglang", "native", "the r
 real[["sglang", "triton", "native", "sglang x61 (s)", "sglang / our imitation", "sglang / the fix"]].round(3)
 
 # %% [markdown]
+# **Explore.** Any context, heads and tree size: the bytes a step must read, the floor they set,
+# and the baseline and the fix interpolated between the measured contexts (the reported step
+# where the postmortem gives one).
+
+# %%
+from specdiag import widgets
+
+ctx_explorer = widgets.context_explorer(pdf, peers_doc["ceilings"], reported=inc["step_ms"])
+fig = ctx_explorer.static()  # 64k: the default view
+ctx_explorer.widget()
+
+# %% [markdown]
 # ## Why the H200 baseline is slower than the deployment's whole step
 # At 185k the real kernel's 61 layers alone take longer on this H200 than the deployment's whole
 # step on its own GPUs (printed below). The two numbers come from different GPUs: the deployment

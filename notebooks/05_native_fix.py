@@ -226,6 +226,16 @@ for t in analysis.peer_targets(ptab):
 fig = plots.peers_vs_context(pdf, heads, nodes, source=data.provenance(peers_doc))
 
 # %% [markdown]
+# **Explore.** Any measured shape: ours, the baseline, the peers and the floor.
+
+# %%
+from specdiag import widgets
+
+shapes = widgets.shape_explorer(ptab)
+fig = shapes.static()  # the deployment's shape: the default view
+shapes.widget()
+
+# %% [markdown]
 # The fix is two orders of magnitude faster than the kernel the deployment ran, but it is not
 # yet at FlashMLA's level: FlashMLA's prefix call alone, with no tree block, is faster than our
 # whole verify at almost every shape from 32k. At the deployment's shape both read the KV about
