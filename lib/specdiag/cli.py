@@ -95,8 +95,19 @@ def main(argv=None) -> int:
         help="run only notebooks whose name starts with this (repeatable), e.g. --only 03",
     )
     run.add_argument("--no-html", action="store_true", help="skip the HTML export")
+    lab = sub.add_parser(
+        "lab",
+        help="open the notebooks in JupyterLab, as notebooks (jupytext), saved back unchanged",
+        description="jupyter lab on the notebooks folder, with the workbook's JupyterLab settings (the .py "
+        "notebooks open in the notebook view). Other arguments go to jupyter lab.",
+    )
+    lab.add_argument("folder", nargs="?", default=None, help="the notebooks folder (default: the workbook's)")
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's, python3)")
-    a = ap.parse_args(argv)
+    a, extra = ap.parse_known_args(argv)
+    if extra and a.cmd != "lab":
+        ap.error(f"unrecognized arguments: {' '.join(extra)}")
+    if a.cmd == "lab":
+        return lab_main(a.folder, extra)
 
     if a.cmd == "run":
         from .runner import WorkbookError, check_parameters, find_notebooks, parse_param, run_workbook, summary_table
@@ -124,6 +135,32 @@ def main(argv=None) -> int:
         print(f"summary: {a.out}/summary.md")
         return 0
     return 2
+
+
+def lab_env(environ=None) -> dict:
+    """The environment for JupyterLab: the workbook's settings folder first on JUPYTER_CONFIG_PATH."""
+    import os
+    from pathlib import Path
+
+    env = dict(os.environ if environ is None else environ)
+    ours = str(Path(__file__).resolve().parent / "jupyter")
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in (ours, env.get("JUPYTER_CONFIG_PATH", "")) if p)
+    return env
+
+
+def lab_main(folder: str | None, extra: list[str]) -> int:
+    import shutil
+    import subprocess
+
+    from .runner import REPO_ROOT
+
+    where = folder or str(REPO_ROOT / "notebooks")
+    if (
+        shutil.which("jupyter") is None
+        or subprocess.run(["jupyter", "lab", "--version"], capture_output=True).returncode
+    ):
+        return _fail('JupyterLab is not installed: pip install -e ".[notebook]"')
+    return subprocess.call(["jupyter", "lab", *extra, f"--ServerApp.root_dir={where}"], env=lab_env())
 
 
 if __name__ == "__main__":
