@@ -102,12 +102,25 @@ def main(argv=None) -> int:
         "notebooks open in the notebook view). Other arguments go to jupyter lab.",
     )
     lab.add_argument("folder", nargs="?", default=None, help="the notebooks folder (default: the workbook's)")
+    rec = sub.add_parser(
+        "record",
+        help="re-record every measurement the notebooks show, on this GPU",
+        description="Runs each recorder (python -m specdiag.bench ..., specdiag.probes.study, and with --models "
+        "the models' training and the drafter validation) into DATA, each file named with this GPU's tag.",
+    )
+    rec.add_argument("--data", default=None, help="the folder to write (default: the workbook's data/)")
+    rec.add_argument("--only", default="", help="comma-separated step names (default: all); see --list")
+    rec.add_argument("--tag", default=None, help="file name tag (default: this GPU's, e.g. h200)")
+    rec.add_argument("--models", action="store_true", help="also retrain the models and re-run notebook 01's sweep")
+    rec.add_argument("--list", action="store_true", help="list the steps and exit")
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the notebook's, python3)")
     a, extra = ap.parse_known_args(argv)
     if extra and a.cmd != "lab":
         ap.error(f"unrecognized arguments: {' '.join(extra)}")
     if a.cmd == "lab":
         return lab_main(a.folder, extra)
+    if a.cmd == "record":
+        return record_main(a)
 
     if a.cmd == "run":
         from .runner import WorkbookError, check_parameters, find_notebooks, parse_param, run_workbook, summary_table
@@ -135,6 +148,28 @@ def main(argv=None) -> int:
         print(f"summary: {a.out}/summary.md")
         return 0
     return 2
+
+
+def record_main(a) -> int:
+    from pathlib import Path
+
+    from . import data, record
+
+    folder = Path(a.data) if a.data else data.data_dir()
+    if a.list:
+        for s in record.steps(a.tag or "TAG", folder, models=True):
+            print(f"{s.name:>14}  {s.what:<42} python -m {' '.join(s.argv)} --out {folder / s.out}")
+        return 0
+    try:
+        rows = record.record(folder, [x for x in a.only.split(",") if x], a.tag, a.models)
+    except (RuntimeError, ValueError) as e:
+        return _fail(str(e))
+    bad = [r for r in rows if r["exit_code"]]
+    print(
+        f"{len(rows) - len(bad)} of {len(rows)} steps ok"
+        + (f"; failed: {', '.join(r['step'] for r in bad)}" if bad else "")
+    )
+    return 1 if bad else 0
 
 
 def lab_env(environ=None) -> dict:
