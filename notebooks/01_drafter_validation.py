@@ -151,7 +151,8 @@ for row, name in zip(axes, kinds_drafted):
         ax.set_title(f"{name} drafter, {kind} text")
         ax.grid(alpha=0.3)
     row[0].set_ylabel("mean commit length per verify step")
-axes[0, 0].legend(fontsize=8)
+axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+fig.suptitle(f"commit length per verify step ({data.provenance(doc)})")
 fig.tight_layout()
 
 # %% [markdown]
