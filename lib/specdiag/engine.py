@@ -68,6 +68,11 @@ class EngineBatch:
     def nodes(self) -> int:
         return self.out_cache_loc.numel() // self.seq_lens.numel()
 
+    @property
+    def step(self) -> tuple:
+        """The step's metadata, as ``EngineVerify`` and ``SglangVerify`` take it first."""
+        return (self.req_to_token, self.req_pool_indices, self.seq_lens, self.out_cache_loc, self.sm_scale)
+
 
 def _draft_tokens(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> int:
     b = seq_lens.numel()
@@ -309,8 +314,7 @@ class SglangVerify:
 
 def sglang_verify(batch: EngineBatch, source=None) -> torch.Tensor:
     """``SglangVerify`` on one ``EngineBatch``: o [B T, H, 512]."""
-    meta = (batch.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc, batch.sm_scale)
-    return SglangVerify(*meta, batch.custom_mask, batch.mask_indptr, source).forward(batch.q, batch.kv_buffer)
+    return SglangVerify(*batch.step, batch.custom_mask, batch.mask_indptr, source).forward(batch.q, batch.kv_buffer)
 
 
 def make_engine_batch(

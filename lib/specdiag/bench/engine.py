@@ -24,7 +24,7 @@ ENGINE_PATHS = ("sglang", "native_mask", "native_parents")
 
 
 def _step(path: str, bt: engine.EngineBatch, qs, buffers):
-    meta = (bt.req_to_token, bt.req_pool_indices, bt.seq_lens, bt.out_cache_loc, bt.sm_scale)
+    meta = bt.step
     seq, tree = bt.seq_lens, engine.ancestor_mask_from_parents(bt.parents)
 
     def run():
@@ -91,7 +91,7 @@ def engine_checks(batches=CHECK_BATCHES, heads: int = 8, nodes: int = 9, progres
     rows = []
     for lens in batches:
         bt = engine.make_engine_batch(lens, nodes, heads, device="cuda", seed=sum(lens) + len(lens))
-        meta = (bt.req_to_token, bt.req_pool_indices, bt.seq_lens, bt.out_cache_loc, bt.sm_scale)
+        meta = bt.step
         real = engine.sglang_verify(bt).float()
         by_mask = engine.EngineVerify(*meta, custom_mask=bt.custom_mask, mask_indptr=bt.mask_indptr).forward(
             bt.q, bt.kv_buffer
