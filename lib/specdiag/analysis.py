@@ -17,6 +17,7 @@ __all__ = [
     "PEER_TARGETS",
     "peer_table",
     "peer_targets",
+    "results_markdown",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -158,3 +159,41 @@ def peer_targets(table, targets: dict = PEER_TARGETS) -> list[dict]:
             )
         )
     return out
+
+
+def results_markdown(peers_doc: dict, shape=PEER_TARGETS["deployment"], layers: int = LAYERS) -> str:
+    """The README's results table at the deployment's shape, from a peers recording and the
+    postmortem's reported step (tests/test_readme.py keeps the README equal to it)."""
+    from .data import provenance, sweep_frame
+
+    ctx, h, n = shape
+    df = add_roofline(sweep_frame(peers_doc), peers_doc["ceilings"], layers)
+    at = df[(df.context == ctx) & (df.heads == h) & (df.nodes == n)].set_index("impl")
+    fix = at.loc["native", "ms"]
+
+    def fmt(ms: float) -> str:
+        return f"{ms * 1e3:,.1f} us" if ms < 1 else f"{ms:,.1f} ms" if ms < 1000 else f"{ms / 1e3:,.2f} s"
+
+    rows = [("the deployment's whole step (reported, its own GPUs)", None, INCIDENT["step_ms"].get(ctx), None)]
+    names = {
+        "sglang": "sglang 0.5.23's Triton kernel, page_size=1 (what the deployment ran)",
+        "triton": "this workbook's imitation of it",
+        "flashmla": "FlashMLA's prefix call alone (no tree block, page size 64)",
+        "native": '**the fix**: `impl="auto"`, page_size=1',
+    }
+    for impl, what in names.items():
+        if impl in at.index:
+            ms = float(at.loc[impl, "ms"])
+            rows.append((what, ms, ms * layers, ms / fix))
+    floor = float(at.loc["native", "floor_ms"])
+    rows.append(("floor: max(bytes / copy BW, FLOPs / GEMM), same run", floor, floor * layers, floor / fix))
+    lines = [
+        f"At {ctx:,} tokens of context, {h} heads, a {n}-node tree ({provenance(peers_doc)}):",
+        "",
+        f"| | one layer | {layers} layers | time / the fix |",
+        "|---|---|---|---|",
+    ]
+    for what, one, all_, ratio in rows:
+        cells = [fmt(one) if one else "", fmt(all_) if all_ else "", f"{ratio:.2f}x" if ratio else ""]
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -28,7 +28,16 @@ WORKLOAD = (
 _SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors|hazards)(?: displayed \((\d+) errors)?")
 _ACCESS = re.compile(r"(Write|Read) (?:Thread \S+ at|access at) (.+?\+0x[0-9a-f]+)")
 PROBE = Path(__file__).resolve().parents[3] / "tests" / "cuda" / "racecheck_probe.cu"
-PROBE_MODES = ("sync", "arrive", "arrive_reg", "sync_partial", "pingpong", "pingpong_sync", "pingpong_then_sync", "seesaw")
+PROBE_MODES = (
+    "sync",
+    "arrive",
+    "arrive_reg",
+    "sync_partial",
+    "pingpong",
+    "pingpong_sync",
+    "pingpong_then_sync",
+    "seesaw",
+)
 
 __all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "run_workload", "sanitize", "probe"]
 
