@@ -163,7 +163,7 @@ fig.tight_layout()
 # %%
 from specdiag import widgets
 
-widgets.commit_explorer(df).widget()
+widgets.commit_explorer(df, source=data.provenance(doc)).widget()
 
 # %%
 step = widgets.ddtree_explorer()

@@ -160,7 +160,7 @@ for name, rows_ in (doc.get("ncu") or {}).items():
 # %%
 from specdiag import widgets
 
-timeline = widgets.timeline_explorer(samples)
+timeline = widgets.timeline_explorer(samples, source=data.provenance(doc))
 fig = timeline.static()  # the baseline: the default view
 timeline.widget()
 

@@ -149,7 +149,9 @@ real[["sglang", "triton", "native", "sglang x61 (s)", "sglang / our imitation", 
 # %%
 from specdiag import widgets
 
-ctx_explorer = widgets.context_explorer(pdf, peers_doc["ceilings"], reported=inc["step_ms"])
+ctx_explorer = widgets.context_explorer(
+    pdf, peers_doc["ceilings"], reported=inc["step_ms"], source=data.provenance(peers_doc)
+)
 fig = ctx_explorer.static()  # 64k: the default view
 ctx_explorer.widget()
 

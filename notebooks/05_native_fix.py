@@ -232,7 +232,7 @@ fig = plots.peers_vs_context(pdf, heads, nodes, source=data.provenance(peers_doc
 # %%
 from specdiag import widgets
 
-shapes = widgets.shape_explorer(ptab)
+shapes = widgets.shape_explorer(ptab, source=data.provenance(peers_doc))
 fig = shapes.static()  # the deployment's shape: the default view
 shapes.widget()
 

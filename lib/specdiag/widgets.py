@@ -75,6 +75,11 @@ class Explorer:
         return w.VBox([w.HTML(f"<b>{self.title}</b>"), w.HBox(list(self.controls.values())), out])
 
 
+def _titled(ax, title: str, source: str | None) -> None:
+    """The title, with where the data come from (``data.provenance``) on a second line."""
+    ax.set_title(f"{title}\n({source})" if source else title)
+
+
 def _dropdown(options, value, description):
     import ipywidgets as w
 
@@ -85,7 +90,7 @@ def _dropdown(options, value, description):
 # ---- 01: commit length --------------------------------------------------------------------------
 
 
-def commit_view(rows: pd.DataFrame, drafter: str, text: str, faults=("healthy",)):
+def commit_view(rows: pd.DataFrame, drafter: str, text: str, faults=("healthy",), source: str | None = None):
     """Mean commit length per step against context, one line per fault."""
     sel = rows[(rows.drafter == drafter) & (rows.text == text)]
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -96,7 +101,7 @@ def commit_view(rows: pd.DataFrame, drafter: str, text: str, faults=("healthy",)
     ax.set_xlabel("context (k tokens)")
     ax.set_ylabel("tokens committed per step")
     ax.set_ylim(0, max(1.0, float(sel.mean_commit.max()) + 1) if len(sel) else 10)
-    ax.set_title(f"{drafter} drafter, {text} text")
+    _titled(ax, f"{drafter} drafter, {text} text", source)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     healthy = sel[sel.fault == "healthy"].mean_commit
@@ -104,7 +109,7 @@ def commit_view(rows: pd.DataFrame, drafter: str, text: str, faults=("healthy",)
     return fig, f"{drafter}, {text}: {note}"
 
 
-def commit_explorer(rows: pd.DataFrame) -> Explorer:
+def commit_explorer(rows: pd.DataFrame, source: str | None = None) -> Explorer:
     import ipywidgets as w
 
     faults = sorted(rows.fault.unique(), key=lambda f: (f != "healthy", f))
@@ -113,7 +118,9 @@ def commit_explorer(rows: pd.DataFrame) -> Explorer:
         text=_dropdown(sorted(rows.text.unique()), "predictable", "text"),
         faults=w.SelectMultiple(options=faults, value=tuple(faults), description="faults"),
     )
-    return Explorer(controls, lambda **s: commit_view(rows, **s), "commit length: drafter x text x fault")
+    return Explorer(
+        controls, lambda **s: commit_view(rows, source=source, **s), "commit length: drafter x text x fault"
+    )
 
 
 # ---- 01: one DDTree step ------------------------------------------------------------------------
@@ -193,7 +200,9 @@ COUNTERS = {
 }
 
 
-def timeline_view(samples: pd.DataFrame, phase: str, counters=("util_gpu_pct", "gpm_sm_util")):
+def timeline_view(
+    samples: pd.DataFrame, phase: str, counters=("util_gpu_pct", "gpm_sm_util"), source: str | None = None
+):
     """The chosen counters over one phase of the probe run."""
     s = samples[samples.phase == phase].copy()
     s["power_pct"] = 100 * s.power_w / s.power_limit_w
@@ -206,13 +215,13 @@ def timeline_view(samples: pd.DataFrame, phase: str, counters=("util_gpu_pct", "
     ax.set_ylim(0, 105)
     ax.set_xlabel("seconds into the phase")
     ax.set_ylabel("%")
-    ax.set_title(f"phase: {phase}")
+    _titled(ax, f"phase: {phase}", source)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig, f"{phase}: " + "; ".join(notes)
 
 
-def timeline_explorer(samples: pd.DataFrame) -> Explorer:
+def timeline_explorer(samples: pd.DataFrame, source: str | None = None) -> Explorer:
     import ipywidgets as w
 
     phases = [p for p in samples.phase.unique() if p]
@@ -222,7 +231,9 @@ def timeline_explorer(samples: pd.DataFrame) -> Explorer:
             options=list(COUNTERS), value=("util_gpu_pct", "gpm_sm_util"), description="counters"
         ),
     )
-    return Explorer(controls, lambda **s: timeline_view(samples, **s), "the probe timeline, one phase at a time")
+    return Explorer(
+        controls, lambda **s: timeline_view(samples, source=source, **s), "the probe timeline, one phase at a time"
+    )
 
 
 # ---- 03: any context ----------------------------------------------------------------------------
@@ -241,7 +252,13 @@ def _per_layer_ms(df: pd.DataFrame, impl: str, heads: int, nodes: int, context: 
 
 
 def context_view(
-    peers: pd.DataFrame, ceilings: dict, context: int, heads: int = 8, nodes: int = 9, reported: dict | None = None
+    peers: pd.DataFrame,
+    ceilings: dict,
+    context: int,
+    heads: int = 8,
+    nodes: int = 9,
+    reported: dict | None = None,
+    source: str | None = None,
 ):
     """A step at any context: its KV bytes, the bandwidth floor, the baseline (the real sglang
     kernel) and the fix interpolated from the measured contexts, and the gaps."""
@@ -259,7 +276,7 @@ def context_view(
     ax.barh(list(bars), list(bars.values()), color=["0.5", "tab:blue", "tab:red", "k"][: len(bars)])
     ax.set_xscale("log")
     ax.set_xlabel(f"ms per {LAYERS}-layer step (attention)")
-    ax.set_title(f"{context:,} tokens, {heads} heads, {nodes} nodes: {kv_gb:.2f} GB of KV per step")
+    _titled(ax, f"{context:,} tokens, {heads} heads, {nodes} nodes: {kv_gb:.2f} GB of KV per step", source)
     fig.tight_layout()
     base = bars.get("sglang's kernel (interpolated)")
     text = f"{kv_gb:.2f} GB/step at {ceilings['copy_tb_s']:.2f} TB/s = {floor:.2f} ms floor"
@@ -270,7 +287,9 @@ def context_view(
     return fig, text
 
 
-def context_explorer(peers: pd.DataFrame, ceilings: dict, reported: dict | None = None) -> Explorer:
+def context_explorer(
+    peers: pd.DataFrame, ceilings: dict, reported: dict | None = None, source: str | None = None
+) -> Explorer:
     import ipywidgets as w
 
     shapes = peers[["heads", "nodes"]].drop_duplicates()
@@ -280,7 +299,9 @@ def context_explorer(peers: pd.DataFrame, ceilings: dict, reported: dict | None 
         nodes=_dropdown(sorted(shapes.nodes.unique()), 9, "nodes"),
     )
     return Explorer(
-        controls, lambda **s: context_view(peers, ceilings, reported=reported, **s), "a step at any context"
+        controls,
+        lambda **s: context_view(peers, ceilings, reported=reported, source=source, **s),
+        "a step at any context",
     )
 
 
@@ -296,7 +317,7 @@ SHAPE_SERIES = {
 }
 
 
-def shape_view(table: pd.DataFrame, context: int, heads: int, nodes: int):
+def shape_view(table: pd.DataFrame, context: int, heads: int, nodes: int, source: str | None = None):
     """Per-layer time of each implementation at one measured shape (``analysis.peer_table``)."""
     row = table[(table.context == context) & (table.heads == heads) & (table.nodes == nodes)]
     fig, ax = plt.subplots(figsize=(7, 3))
@@ -308,7 +329,7 @@ def shape_view(table: pd.DataFrame, context: int, heads: int, nodes: int):
     ax.barh([SHAPE_SERIES[k][1] for k in names], [r[k] * 1e3 for k in names], color=[SHAPE_SERIES[k][0] for k in names])
     ax.set_xscale("log")
     ax.set_xlabel("one layer (us)")
-    ax.set_title(f"{context:,} tokens, {heads} heads, {nodes} nodes")
+    _titled(ax, f"{context:,} tokens, {heads} heads, {nodes} nodes", source)
     fig.tight_layout()
     parts = [f"ours {r.native * 1e3:.1f} us", f"{r.native / r.floor:.2f}x the floor"]
     if "sglang" in names:
@@ -318,10 +339,14 @@ def shape_view(table: pd.DataFrame, context: int, heads: int, nodes: int):
     return fig, "; ".join(parts)
 
 
-def shape_explorer(table: pd.DataFrame) -> Explorer:
+def shape_explorer(table: pd.DataFrame, source: str | None = None) -> Explorer:
     controls = dict(
         context=_dropdown(sorted(table.context.unique()), 185000, "context"),
         heads=_dropdown(sorted(table.heads.unique()), 8, "heads"),
         nodes=_dropdown(sorted(table.nodes.unique()), 9, "nodes"),
     )
-    return Explorer(controls, lambda **s: shape_view(table, **s), "one shape: ours, the baseline, the peers, the floor")
+    return Explorer(
+        controls,
+        lambda **s: shape_view(table, source=source, **s),
+        "one shape: ours, the baseline, the peers, the floor",
+    )
