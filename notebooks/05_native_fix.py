@@ -193,7 +193,8 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 # * `triton`: this workbook's imitation of it (notebook 03's baseline);
 # * `flashmla`: DeepSeek's FlashMLA SM90 dense decode over the prefix alone (no tree mask, page
 #   size 64): the same split-KV design, the best peer for the part of the work they share;
-#   `flashmla_cascade` adds the tree block and the merge in torch, a verify one could build on it;
+#   `flashmla_cascade` adds the tree block and the merge in torch, a verify one could build on it
+#   (a dozen small torch calls: where FlashMLA itself is fast, their launch costs dominate);
 # * `native`: ours, `impl="auto"`, page size 1 as DDTree forces it; `native_ps64` at page size 64.
 #
 # The kernel's targets beside them, and where the recording stands:
