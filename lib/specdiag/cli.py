@@ -99,7 +99,8 @@ def main(argv=None) -> int:
         "lab",
         help="open the notebooks in JupyterLab, as notebooks (jupytext), saved back unchanged",
         description="jupyter lab on the notebooks folder, with the workbook's JupyterLab settings (the .py "
-        "notebooks open in the notebook view). Other arguments go to jupyter lab.",
+        "notebooks open in the notebook view). Other arguments go to jupyter lab, as --name=value "
+        "(e.g. --port=8890 --no-browser).",
     )
     lab.add_argument("folder", nargs="?", default=None, help="the notebooks folder (default: the workbook's)")
     rec = sub.add_parser(
@@ -136,7 +137,7 @@ def main(argv=None) -> int:
             params = check_parameters(params, books)
         except WorkbookError as e:
             return _fail(str(e))
-        why = _check_out(a.out) or (_check_kernel(a.kernel) if a.kernel else None)
+        why = (_check_kernel(a.kernel) if a.kernel else None) or _check_out(a.out)
         if why:
             return _fail(why)
         try:
@@ -186,10 +187,13 @@ def lab_env(environ=None) -> dict:
 def lab_main(folder: str | None, extra: list[str]) -> int:
     import shutil
     import subprocess
+    from pathlib import Path
 
     from .runner import REPO_ROOT
 
     where = folder or str(REPO_ROOT / "notebooks")
+    if not Path(where).is_dir():
+        return _fail(f"lab: {where} is not a folder (give jupyter lab's options as --name=value)")
     if (
         shutil.which("jupyter") is None
         or subprocess.run(["jupyter", "lab", "--version"], capture_output=True).returncode
