@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention.inputs import MLA_HEAD_DIM, MLA_V_DIM
+from .attention.inputs import MLA_HEAD_DIM, MLA_V_DIM, custom_mask_from_tree, tree_mask_from_custom_mask
 from .cost import SOFTMAX_SCALE
 
 __all__ = [
@@ -84,31 +84,6 @@ def _draft_tokens(seq_lens: torch.Tensor, out_cache_loc: torch.Tensor) -> int:
     return n // b
 
 
-def tree_mask_from_custom_mask(custom_mask, mask_indptr, seq_lens, nodes: int) -> torch.Tensor:
-    """The engine's flat mask -> the tree block [B, T, T] (uint8): request b's row i, columns
-    seq_lens[b] .. seq_lens[b] + T. Raises if a request's rows do not hold T x (seq_len + T) values."""
-    lens = seq_lens.to(torch.int64)
-    starts = mask_indptr.to(torch.int64)[: lens.numel()]
-    need = nodes * (lens + nodes)
-    if mask_indptr.numel() == lens.numel() + 1:
-        held = mask_indptr.to(torch.int64).diff()
-        bad = (held != need).nonzero()
-        if bad.numel():
-            b = int(bad[0])
-            raise ValueError(
-                f"custom_mask holds {int(held[b])} values for request {b}; seq_lens[{b}]={int(lens[b])} with "
-                f"{nodes} draft tokens needs {nodes} x {int(lens[b]) + nodes} = {int(need[b])}"
-            )
-    elif mask_indptr.numel() != lens.numel():
-        raise ValueError(f"mask_indptr has {mask_indptr.numel()} entries for {lens.numel()} requests")
-    end = int((starts + need).max())
-    if end > custom_mask.numel():
-        raise ValueError(f"custom_mask has {custom_mask.numel()} values; the requests' rows reach {end}")
-    i = torch.arange(nodes, device=custom_mask.device)
-    idx = starts[:, None, None] + i[None, :, None] * (lens + nodes)[:, None, None] + lens[:, None, None] + i
-    return custom_mask.reshape(-1)[idx].to(torch.uint8)
-
-
 def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
     """[B, T] parent indices (-1 for the root, every parent before its child) -> [B, T, T] uint8,
     mask[b, i, j] = node j is node i or an ancestor. log2(T) boolean matrix squarings on the device."""
@@ -127,22 +102,7 @@ def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
     return reach.to(torch.uint8)
 
 
-def custom_mask_from_tree(seq_lens: torch.Tensor, tree_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the engine builds for the Triton backend: per request [T, seq_len + T] (prefix columns
-    all 1, then the tree block), flattened and concatenated; returns (custom_mask uint8, mask_indptr [B + 1])."""
-    b, t, _ = tree_mask.shape
-    lens = seq_lens.to(torch.int64).to(tree_mask.device)
-    sizes = t * (lens + t)
-    indptr = torch.zeros(b + 1, dtype=torch.int64, device=tree_mask.device)
-    indptr[1:] = sizes.cumsum(0)
-    mask = torch.ones(int(indptr[-1]), dtype=torch.uint8, device=tree_mask.device)
-    i = torch.arange(t, device=tree_mask.device)
-    idx = indptr[:-1, None, None] + i[None, :, None] * (lens + t)[:, None, None] + lens[:, None, None] + i
-    mask[idx.reshape(-1)] = tree_mask.to(torch.uint8).reshape(-1)
-    return mask, indptr
-
-
-def _check(kv_buffer, req_to_token, req_pool_indices, seq_lens, out_cache_loc, nodes: int) -> None:
+def _check(kv_buffer, req_to_token, req_pool_indices, seq_lens, out_cache_loc) -> None:
     if kv_buffer.dim() != 3 or kv_buffer.shape[1:] != (1, MLA_HEAD_DIM):
         raise ValueError(
             f"kv_buffer must be [slots, 1, {MLA_HEAD_DIM}] (one MLA latent per slot), got {tuple(kv_buffer.shape)}"
@@ -170,22 +130,24 @@ def _check(kv_buffer, req_to_token, req_pool_indices, seq_lens, out_cache_loc, n
 
 def to_verify_inputs(batch: EngineBatch, use_parents: bool = False) -> dict:
     """The engine tensors in ``tree_verify_attention_ref``'s layout (q, kv_pool, page_table,
-    prefix_lens, tree_kv, tree_mask), the prefix KV as a view of the buffer."""
-    t = _draft_tokens(batch.seq_lens, batch.out_cache_loc)
-    _check(batch.kv_buffer, batch.req_to_token, batch.req_pool_indices, batch.seq_lens, batch.out_cache_loc, t)
-    b = batch.seq_lens.numel()
-    if use_parents:
-        tree_mask = ancestor_mask_from_parents(batch.parents)
-    else:
-        tree_mask = tree_mask_from_custom_mask(batch.custom_mask, batch.mask_indptr, batch.seq_lens, t)
-    width = max(1, int(batch.seq_lens.max()))
+    prefix_lens, tree_kv, tree_mask), the prefix KV as a view of the buffer: what ``EngineVerify``
+    hands the kernel."""
+    _draft_tokens(batch.seq_lens, batch.out_cache_loc)
+    _check(batch.kv_buffer, *batch.step[:4])
+    tree = (
+        dict(parents=batch.parents)
+        if use_parents
+        else dict(custom_mask=batch.custom_mask, mask_indptr=batch.mask_indptr)
+    )
+    ev = EngineVerify(*batch.step, **tree, check=False)
+    b, t = ev.batch, ev.nodes
     return dict(
         q=batch.q.view(b, t, *batch.q.shape[1:]),
         kv_pool=batch.kv_buffer,  # [slots, 1, 576]: pages of one token
-        page_table=batch.req_to_token[batch.req_pool_indices.to(torch.int64), :width].to(torch.int32),
-        prefix_lens=batch.seq_lens.to(torch.int32),
-        tree_kv=batch.kv_buffer[batch.out_cache_loc.to(torch.int64), 0].view(b, t, MLA_HEAD_DIM),
-        tree_mask=tree_mask,
+        page_table=ev.page_table,
+        prefix_lens=ev.prefix_lens,
+        tree_kv=batch.kv_buffer[ev.loc, 0].view(b, t, MLA_HEAD_DIM),
+        tree_mask=ev.tree_mask,
     )
 
 
@@ -239,7 +201,7 @@ class EngineVerify:
             raise ValueError(f"q must be [B T = {b} x {t}, H, {MLA_HEAD_DIM}], got {tuple(q.shape)}")
         if self.op is None:
             if self.check:
-                _check(kv_buffer, *self.meta[:3], self.meta[3], t)
+                _check(kv_buffer, *self.meta)
             self.tree_kv = kv_buffer[self.loc, 0].view(b, t, MLA_HEAD_DIM)
             self.op = NativeTreeVerify(
                 q.view(b, t, *q.shape[1:]),

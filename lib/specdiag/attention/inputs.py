@@ -113,6 +113,54 @@ def check_verify_inputs(
     return VerifyInputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, dv, batched)
 
 
+# ---- the engine's flat custom mask (SGLang's Triton backend in target-verify) ----
+# per request a [T, seq_len + T] row-major block (prefix columns all 1, then the tree block),
+# concatenated; mask_indptr locates each request's block
+
+
+def _tree_columns(starts: torch.Tensor, lens: torch.Tensor, nodes: int) -> torch.Tensor:
+    """[B, T, T] flat positions of each request's tree block in the engine's mask: request b's
+    row i starts at starts[b] + i (seq_lens[b] + T), its tree columns at seq_lens[b] .. + T."""
+    i = torch.arange(nodes, device=starts.device)
+    return starts[:, None, None] + i[None, :, None] * (lens + nodes)[:, None, None] + lens[:, None, None] + i
+
+
+def custom_mask_from_tree(seq_lens: torch.Tensor, tree_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the engine builds for the Triton backend: per request [T, seq_len + T] (prefix columns
+    all 1, then the tree block), flattened and concatenated; returns (custom_mask uint8, mask_indptr [B + 1])."""
+    b, t, _ = tree_mask.shape
+    lens = seq_lens.to(torch.int64).to(tree_mask.device)
+    sizes = t * (lens + t)
+    indptr = torch.zeros(b + 1, dtype=torch.int64, device=tree_mask.device)
+    indptr[1:] = sizes.cumsum(0)
+    mask = torch.ones(int(indptr[-1]), dtype=torch.uint8, device=tree_mask.device)
+    mask[_tree_columns(indptr[:-1], lens, t).reshape(-1)] = tree_mask.to(torch.uint8).reshape(-1)
+    return mask, indptr
+
+
+def tree_mask_from_custom_mask(custom_mask, mask_indptr, seq_lens, nodes: int) -> torch.Tensor:
+    """The engine's flat mask -> the tree block [B, T, T] (uint8): request b's row i, columns
+    seq_lens[b] .. seq_lens[b] + T. Raises if a request's rows do not hold T x (seq_len + T) values."""
+    lens = seq_lens.to(torch.int64)
+    starts = mask_indptr.to(torch.int64)[: lens.numel()]
+    need = nodes * (lens + nodes)
+    if mask_indptr.numel() == lens.numel() + 1:
+        held = mask_indptr.to(torch.int64).diff()
+        bad = (held != need).nonzero()
+        if bad.numel():
+            b = int(bad[0])
+            raise ValueError(
+                f"custom_mask holds {int(held[b])} values for request {b}; seq_lens[{b}]={int(lens[b])} with "
+                f"{nodes} draft tokens needs {nodes} x {int(lens[b]) + nodes} = {int(need[b])}"
+            )
+    elif mask_indptr.numel() != lens.numel():
+        raise ValueError(f"mask_indptr has {mask_indptr.numel()} entries for {lens.numel()} requests")
+    end = int((starts + need).max())
+    if end > custom_mask.numel():
+        raise ValueError(f"custom_mask has {custom_mask.numel()} values; the requests' rows reach {end}")
+    return custom_mask.reshape(-1)[_tree_columns(starts, lens, nodes)].to(torch.uint8)
+
+
 def gather_prefix(kv_pool: torch.Tensor, page_row: torch.Tensor, length: int) -> torch.Tensor:
     """The ``length`` prefix latents of one request, [length, D], in token order."""
     ps = kv_pool.shape[1]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
+from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs, custom_mask_from_tree
 
 try:  # triton is optional: the rest of the workbook works without it
     import triton
@@ -174,13 +174,7 @@ def prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mas
     kv_indices = torch.cat(idx).to(torch.int64) if idx else torch.zeros(0, dtype=torch.int64, device=dev)
     kv_indptr = torch.tensor([0] + list(torch.tensor(lens).cumsum(0).tolist()), dtype=torch.int64, device=dev)
     qo_indptr = torch.arange(0, (b + 1) * t, t, dtype=torch.int64, device=dev)
-    masks, starts, at = [], [], 0
-    for i, n in enumerate(lens):
-        full = torch.ones(t, n + t, dtype=torch.uint8, device=dev)
-        full[:, n:] = x.tree_mask[i].to(dev, torch.uint8)
-        masks.append(full.flatten())
-        starts.append(at)
-        at += full.numel()
+    custom_mask, mask_indptr = custom_mask_from_tree(torch.tensor(lens), x.tree_mask.to(dev))
     return dict(
         q_extend=x.q.reshape(b * t, h, d).contiguous(),
         k_extend=x.tree_kv.reshape(b * t, d).contiguous(),
@@ -188,8 +182,8 @@ def prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mas
         qo_indptr=qo_indptr,
         kv_indptr=kv_indptr,
         kv_indices=kv_indices,
-        custom_mask=torch.cat(masks),
-        mask_indptr=torch.tensor(starts, dtype=torch.int64, device=dev),
+        custom_mask=custom_mask,
+        mask_indptr=mask_indptr[:-1],
         shape=(b, t, h),
         batched=x.batched,
     )
