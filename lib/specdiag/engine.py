@@ -250,28 +250,26 @@ class SglangVerify:
         self.scale = float(sm_scale)
 
     def forward(self, q, kv_buffer, lse=None):
+        from .attention.peers import sglang_target_verify
+
         k_ext = kv_buffer[self.loc]  # [B T, 1, 576]: the draft tokens' latents, as the layer computed them
         o = torch.empty(q.shape[0], q.shape[1], MLA_V_DIM, dtype=q.dtype, device=q.device)
-        self.mod.extend_attention_fwd(
+        indptrs = (self.qo_indptr, self.kv_indptr, self.mask_indptr)
+        v_ext = k_ext[..., :MLA_V_DIM].contiguous()
+        return sglang_target_verify(
+            self.mod,
             q,
             k_ext,
-            k_ext[..., :MLA_V_DIM].contiguous(),
+            v_ext,
             o,
             kv_buffer,
-            kv_buffer[..., :MLA_V_DIM],
-            self.qo_indptr,
-            self.kv_indptr,
+            indptrs,
             self.kv_indices,
             self.custom_mask,
-            True,
-            self.mask_indptr,
             self.nodes,
-            1.0,
-            1.0,
             self.scale,
-            lse_extend=lse,
+            lse,
         )
-        return o
 
 
 def sglang_verify(batch: EngineBatch, source=None) -> torch.Tensor:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
+from .inputs import MLA_HEAD_DIM, MLA_V_DIM
 from .reference import merge_partials
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "load_sglang_extend",
     "sglang_provenance",
     "sglang_tile",
+    "sglang_target_verify",
     "SglangExtend",
     "flashmla_missing",
     "FlashMLAPrefix",
@@ -170,6 +171,39 @@ def sglang_tile(capability: tuple[int, int], lq: int = MLA_HEAD_DIM, lv: int = M
     return dict(block_m=block_m, block_n=block_n, num_warps=warps)
 
 
+def sglang_target_verify(
+    mod, q, k_ext, v_ext, o, kv_buffer, indptrs, kv_indices, custom_mask, nodes: int, sm_scale: float, lse=None
+):
+    """sglang's ``extend_attention_fwd`` (``mod``: ``load_sglang_extend()``) called as its Triton
+    backend calls it in target-verify for an MLA layer: q [B T, H, 576]; k_ext / v_ext the draft
+    tokens' latents [B T, 1, 576] / [B T, 1, 512]; o [B T, H, 512] written; kv_buffer [slots, 1,
+    576] with V its first 512 columns; ``indptrs`` = (qo_indptr, kv_indptr, mask_indptr);
+    page_size=1 ``kv_indices``; the flat ``custom_mask``; ``nodes`` draft tokens per request;
+    ``is_causal=True``, unit KV scales, the default ``skip_prefix_custom_mask=True``; ``lse``
+    [B T, H] written when given."""
+    qo_indptr, kv_indptr, mask_indptr = indptrs
+    mod.extend_attention_fwd(
+        q,
+        k_ext,
+        v_ext,
+        o,
+        kv_buffer,
+        kv_buffer[..., :MLA_V_DIM],
+        qo_indptr,
+        kv_indptr,
+        kv_indices,
+        custom_mask,
+        True,
+        mask_indptr,
+        nodes,
+        1.0,
+        1.0,
+        sm_scale,
+        lse_extend=lse,
+    )
+    return o
+
+
 class SglangExtend:
     """The real sglang kernel on one verify batch, its engine tensors built once; ``run()`` calls it.
 
@@ -185,37 +219,24 @@ class SglangExtend:
         from .triton_extend import prepare_extend_inputs
 
         self.mod = load_sglang_extend(source)
-        x = check_verify_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
         prep = prepare_extend_inputs(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask)
         b, t, h = prep["shape"]
-        self.shape, self.batched, self.scale = (b, t, h), x.batched, float(scale)
-        k_ext = prep["k_extend"].unsqueeze(1)  # [B T, 1, 576]
-        buf = prep["k_buffer"].unsqueeze(1)  # [slots, 1, 576]
-        self.args = dict(
-            q_extend=prep["q_extend"],
-            k_extend=k_ext,
-            v_extend=k_ext[..., :MLA_V_DIM].contiguous(),
-            o_extend=torch.empty(b * t, h, MLA_V_DIM, dtype=q.dtype, device=q.device),
-            k_buffer=buf,
-            v_buffer=buf[..., :MLA_V_DIM],
-            qo_indptr=prep["qo_indptr"].to(torch.int32),
-            kv_indptr=prep["kv_indptr"].to(torch.int32),
-            kv_indices=prep["kv_indices"],
-            custom_mask=prep["custom_mask"],
-            is_causal=True,
-            mask_indptr=prep["mask_indptr"],
-            max_len_extend=t,
-            k_scale=1.0,
-            v_scale=1.0,
-            sm_scale=self.scale,
-            lse_extend=torch.empty(b * t, h, dtype=torch.float32, device=q.device),
-        )
+        self.shape, self.batched, self.scale = (b, t, h), prep["batched"], float(scale)
+        self.q, self.k_ext = prep["q_extend"], prep["k_extend"].unsqueeze(1)  # [B T, 1, 576]
+        self.v_ext = self.k_ext[..., :MLA_V_DIM].contiguous()
+        self.buf = prep["k_buffer"].unsqueeze(1)  # [slots, 1, 576]
+        self.indptrs = tuple(prep[k].to(torch.int32) for k in ("qo_indptr", "kv_indptr")) + (prep["mask_indptr"],)
+        self.kv_indices, self.custom_mask = prep["kv_indices"], prep["custom_mask"]
+        self.o = torch.empty(b * t, h, MLA_V_DIM, dtype=q.dtype, device=q.device)
+        self.lse = torch.empty(b * t, h, dtype=torch.float32, device=q.device)
 
     def run(self):
-        self.mod.extend_attention_fwd(**self.args)
+        sglang_target_verify(
+            self.mod, self.q, self.k_ext, self.v_ext, self.o, self.buf, self.indptrs, self.kv_indices,
+            self.custom_mask, self.shape[1], self.scale, self.lse,
+        )  # fmt: skip
         b, t, h = self.shape
-        out = self.args["o_extend"].view(b, t, h, MLA_V_DIM)
-        lse = self.args["lse_extend"].view(b, t, h)
+        out, lse = self.o.view(b, t, h, MLA_V_DIM), self.lse.view(b, t, h)
         return (out, lse) if self.batched else (out[0], lse[0])
 
 
