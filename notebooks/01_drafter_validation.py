@@ -65,7 +65,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from specdiag import data
+from specdiag import data, plots
 from specdiag.models import specdec
 from specdiag.models.train import load_models, training_stages
 
@@ -151,7 +151,7 @@ for row, name in zip(axes, kinds_drafted):
         ax.set_title(f"{name} drafter, {kind} text")
         ax.grid(alpha=0.3)
     row[0].set_ylabel("mean commit length per verify step")
-axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+plots.legend_outside(axes[0, -1])
 fig.suptitle(f"commit length per verify step ({data.provenance(doc)})")
 fig.tight_layout()
 

@@ -38,7 +38,7 @@ period_s = 0.05  # sampler period
 # %%
 import pandas as pd
 
-from specdiag import data
+from specdiag import data, plots
 from specdiag.probes import nvml
 
 
@@ -121,16 +121,16 @@ if len(gpm):
     axes[0].plot(gpm.t_s, gpm.gpm_sm_util, label="GPM: SMs busy")
     axes[0].plot(gpm.t_s, gpm.gpm_any_tensor_util, label="GPM: tensor pipes")
 axes[0].set_ylabel("%")
-axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+plots.legend_outside(axes[0], fontsize=7, gap=1.01)
 axes[1].plot(gpm.t_s, gpm.gpm_dram_bw_util, color="tab:purple", label="GPM: DRAM bandwidth")
 axes[1].plot(g0.t_s, g0.util_mem_pct, color="tab:gray", label="utilization.memory")
 axes[1].set_ylabel("%")
-axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+plots.legend_outside(axes[1], fontsize=7, gap=1.01)
 axes[2].plot(g0.t_s, g0.power_w, color="tab:red", label="power (W)")
 axes[2].axhline(g0.power_limit_w.max(), color="k", ls=":", label="enforced limit")
 axes[2].set_ylabel("W")
 axes[2].set_xlabel("seconds")
-axes[2].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+plots.legend_outside(axes[2], fontsize=7, gap=1.01)
 for ax in axes:
     for phase, g in g0.groupby("phase", sort=False):
         if phase and not phase.startswith("idle"):

@@ -124,14 +124,10 @@ def run_peers():
     return {"ceilings": timing.measure_ceilings(), "rows": rows, "missing": missing}
 
 
-def with_sglang():
-    from specdiag.attention.peers import sglang_source
-
-    return data.gpu_available() and sglang_source() is not None
-
+from specdiag.attention.peers import sglang_runs_here
 
 peers_doc = data.measure_or_load(
-    measure, peers_file, run_peers, available=with_sglang, needs="a CUDA GPU and the sglang wheel"
+    measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
 pdf = analysis.add_roofline(data.sweep_frame(peers_doc), peers_doc["ceilings"])
 real = pdf[(pdf.heads == heads) & (pdf.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")

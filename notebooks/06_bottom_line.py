@@ -62,17 +62,13 @@ def run_peers():
     return {"ceilings": timing.measure_ceilings(), "rows": rows, "missing": missing}
 
 
-def with_sglang():
-    from specdiag.attention.peers import sglang_source
-
-    return data.gpu_available() and sglang_source() is not None
-
+from specdiag.attention.peers import sglang_runs_here
 
 eng = data.measure_or_load(
-    measure, engine_file, run_engine, available=with_sglang, needs="a CUDA GPU and the sglang wheel"
+    measure, engine_file, run_engine, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
 peers_doc = data.measure_or_load(
-    measure, peers_file, run_peers, available=with_sglang, needs="a CUDA GPU and the sglang wheel"
+    measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
 print(f"engine run: {data.provenance(eng)}; peers run: {data.provenance(peers_doc)}")
 print(f"sglang {eng['sglang']['version']} from {eng['sglang']['source']}")

@@ -11,6 +11,11 @@ matplotlib.use("Agg")
 pytest.importorskip("ipywidgets")
 
 
+def _bars(fig) -> dict:
+    """A horizontal bar chart's {label: width}."""
+    return {t.get_text(): p.get_width() for t, p in zip(fig.axes[0].get_yticklabels(), fig.axes[0].patches)}
+
+
 def _drive(explorer, **values):
     box = explorer.widget()  # wires the controls
     for name, value in values.items():
@@ -54,7 +59,7 @@ def test_context_explorer_interpolates_between_measured_contexts():
     df = data.sweep_frame(doc)
     ex = widgets.context_explorer(df, doc["ceilings"], reported=analysis.INCIDENT["step_ms"])
     _, (fig, text) = _drive(ex, context=65536, heads=8, nodes=9)
-    bars = {t.get_text(): p.get_width() for t, p in zip(fig.axes[0].get_yticklabels(), fig.axes[0].patches)}
+    bars = _bars(fig)
     measured = df[(df.impl == "sglang") & (df.heads == 8) & (df.nodes == 9) & (df.context == 65536)].ms.iloc[0]
     assert bars["sglang's kernel (interpolated)"] == pytest.approx(measured * 61)
     assert bars["the deployment's step (reported)"] == 327.0
@@ -63,7 +68,7 @@ def test_context_explorer_interpolates_between_measured_contexts():
         df[(df.impl == "native") & (df.heads == 8) & (df.nodes == 9) & (df.context == c)].ms.iloc[0]
         for c in (65536, 131072)
     )
-    got = {t.get_text(): p.get_width() for t, p in zip(mid.axes[0].get_yticklabels(), mid.axes[0].patches)}
+    got = _bars(mid)
     assert got["the fix (interpolated)"] == pytest.approx((lo + hi) / 2 * 61)
     assert "x above it" in text
 
@@ -75,7 +80,7 @@ def test_shape_explorer_shows_each_peer_at_the_chosen_shape():
     _, (fig, text) = _drive(ex, context=65536, heads=64, nodes=65)
     assert fig.axes[0].get_title().endswith("(recorded on NVIDIA H200, 2026-12-03)")
     row = table[(table.context == 65536) & (table.heads == 64) & (table.nodes == 65)].iloc[0]
-    bars = {t.get_text(): p.get_width() for t, p in zip(fig.axes[0].get_yticklabels(), fig.axes[0].patches)}
+    bars = _bars(fig)
     assert bars["ours, auto, page_size=1"] == pytest.approx(row.native * 1e3)
     assert bars["FlashMLA prefix call alone"] == pytest.approx(row.flashmla * 1e3)
     assert text.startswith(f"ours {row.native * 1e3:.1f} us")

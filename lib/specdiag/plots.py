@@ -6,7 +6,16 @@ import matplotlib.pyplot as plt
 
 from .attention.registry import KERNELS
 
-__all__ = ["step_time_vs_context", "gap_vs_context", "speedup_bars", "peers_vs_context", "SERIES", "PEER_SERIES"]
+__all__ = [
+    "titled",
+    "legend_outside",
+    "step_time_vs_context",
+    "gap_vs_context",
+    "speedup_bars",
+    "peers_vs_context",
+    "SERIES",
+    "PEER_SERIES",
+]
 
 # The series a figure may show, in legend order: the baseline, what auto runs, the portable
 # kernel, the naive path. Other implementations in a frame are left out.
@@ -36,14 +45,19 @@ def _impl_lines(ax, df, heads: int, nodes: int, values, series=None) -> None:
             ax.plot(g.context / 1024, values(g), "o-", color=color, label=label)
 
 
-def _titled(title: str, source: str | None) -> str:
+def titled(title: str, source: str | None) -> str:
     """The title, with where the numbers come from (``data.provenance``) on a second line."""
     return f"{title}\n({source})" if source else title
 
 
+def legend_outside(ax, fontsize: int = 8, gap: float = 1.02) -> None:
+    """The legend to the right of the axes, clear of the data."""
+    ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(gap, 1.0), borderaxespad=0)
+
+
 def _finish(fig, ax):
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -62,7 +76,7 @@ def step_time_vs_context(
     ax.set_xlabel("context (k tokens)")
     ax.set_ylabel(f"{layers}-layer verify attention per step (ms)")
     ax.set_yscale("log")
-    ax.set_title(_titled(f"{heads} heads, {nodes}-node tree", source))
+    ax.set_title(titled(f"{heads} heads, {nodes}-node tree", source))
     return _finish(fig, ax)
 
 
@@ -74,7 +88,7 @@ def gap_vs_context(df, heads: int, nodes: int, source: str | None = None):
     ax.set_yscale("log")
     ax.set_xlabel("context (k tokens)")
     ax.set_ylabel("time / max(bytes/BW, FLOPs/GEMM rate)")
-    ax.set_title(_titled(f"distance from the roofline floor: {heads} heads, {nodes}-node tree", source))
+    ax.set_title(titled(f"distance from the roofline floor: {heads} heads, {nodes}-node tree", source))
     return _finish(fig, ax)
 
 
@@ -87,7 +101,7 @@ def speedup_bars(table, context: int, source: str | None = None):
     for i, v in enumerate(sel.speedup):
         ax.text(i, v, f"{v:.0f}x", ha="center", va="bottom")
     ax.set_ylabel("Triton baseline time / native time")
-    ax.set_title(_titled(f"speed-up at {context:,} tokens of context", source))
+    ax.set_title(titled(f"speed-up at {context:,} tokens of context", source))
     fig.tight_layout()
     return fig
 
@@ -102,5 +116,5 @@ def peers_vs_context(df, heads: int, nodes: int, source: str | None = None):
     ax.set_yscale("log")
     ax.set_xlabel("context (k tokens)")
     ax.set_ylabel("one layer's verify attention (us)")
-    ax.set_title(_titled(f"beside the real peers: {heads} heads, {nodes}-node tree", source))
+    ax.set_title(titled(f"beside the real peers: {heads} heads, {nodes}-node tree", source))
     return _finish(fig, ax)

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .cost import LAYERS, floor_ms, kv_bytes_per_step
+from .plots import legend_outside, titled
 
 __all__ = [
     "Explorer",
@@ -75,11 +76,6 @@ class Explorer:
         return w.VBox([w.HTML(f"<b>{self.title}</b>"), w.HBox(list(self.controls.values())), out])
 
 
-def _titled(ax, title: str, source: str | None) -> None:
-    """The title, with where the data come from (``data.provenance``) on a second line."""
-    ax.set_title(f"{title}\n({source})" if source else title)
-
-
 def _dropdown(options, value, description):
     import ipywidgets as w
 
@@ -101,8 +97,8 @@ def commit_view(rows: pd.DataFrame, drafter: str, text: str, faults=("healthy",)
     ax.set_xlabel("context (k tokens)")
     ax.set_ylabel("tokens committed per step")
     ax.set_ylim(0, max(1.0, float(sel.mean_commit.max()) + 1) if len(sel) else 10)
-    _titled(ax, f"{drafter} drafter, {text} text", source)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.set_title(titled(f"{drafter} drafter, {text} text", source))
+    legend_outside(ax)
     fig.tight_layout()
     healthy = sel[sel.fault == "healthy"].mean_commit
     note = f"healthy: {healthy.min():.2f} to {healthy.max():.2f} tokens per step" if len(healthy) else "no healthy run"
@@ -215,8 +211,8 @@ def timeline_view(
     ax.set_ylim(0, 105)
     ax.set_xlabel("seconds into the phase")
     ax.set_ylabel("%")
-    _titled(ax, f"phase: {phase}", source)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.set_title(titled(f"phase: {phase}", source))
+    legend_outside(ax)
     fig.tight_layout()
     return fig, f"{phase}: " + "; ".join(notes)
 
@@ -276,7 +272,7 @@ def context_view(
     ax.barh(list(bars), list(bars.values()), color=["0.5", "tab:blue", "tab:red", "k"][: len(bars)])
     ax.set_xscale("log")
     ax.set_xlabel(f"ms per {LAYERS}-layer step (attention)")
-    _titled(ax, f"{context:,} tokens, {heads} heads, {nodes} nodes: {kv_gb:.2f} GB of KV per step", source)
+    ax.set_title(titled(f"{context:,} tokens, {heads} heads, {nodes} nodes: {kv_gb:.2f} GB of KV per step", source))
     fig.tight_layout()
     base = bars.get("sglang's kernel (interpolated)")
     text = f"{kv_gb:.2f} GB/step at {ceilings['copy_tb_s']:.2f} TB/s = {floor:.2f} ms floor"
@@ -329,7 +325,7 @@ def shape_view(table: pd.DataFrame, context: int, heads: int, nodes: int, source
     ax.barh([SHAPE_SERIES[k][1] for k in names], [r[k] * 1e3 for k in names], color=[SHAPE_SERIES[k][0] for k in names])
     ax.set_xscale("log")
     ax.set_xlabel("one layer (us)")
-    _titled(ax, f"{context:,} tokens, {heads} heads, {nodes} nodes", source)
+    ax.set_title(titled(f"{context:,} tokens, {heads} heads, {nodes} nodes", source))
     fig.tight_layout()
     parts = [f"ours {r.native * 1e3:.1f} us", f"{r.native / r.floor:.2f}x the floor"]
     if "sglang" in names:

@@ -36,6 +36,7 @@ __all__ = [
     "SGLANG_VERSION",
     "SGLANG_FILES",
     "sglang_source",
+    "sglang_runs_here",
     "load_sglang_extend",
     "sglang_provenance",
     "sglang_tile",
@@ -64,6 +65,13 @@ def sglang_source() -> Path | None:
         return path
     wheels = sorted(CACHE.glob(f"sglang-{SGLANG_VERSION}-*.whl"))
     return wheels[-1] if wheels else None
+
+
+def sglang_runs_here() -> bool:
+    """A CUDA GPU and the sglang wheel (or folder) are both here: the real kernel can be timed."""
+    from ..machine import gpu_available
+
+    return gpu_available() and sglang_source() is not None
 
 
 def _folder(source: Path) -> Path:
