@@ -22,7 +22,7 @@ __all__ = [
 SERIES = {
     "triton": ("tab:red", "Triton extend, page_size=1 (the baseline)"),
     "native_auto": ("tab:blue", "native, the kernel impl='auto' picks (page_size=64)"),
-    KERNELS["mma"].label: ("tab:green", f"native {KERNELS['mma'].title} (page_size=64)"),
+    KERNELS["mma"].label: ("tab:green", "native, the portable mma.sync kernel (page_size=64)"),
     "torch": ("tab:gray", "naive torch (gather + matmul)"),
 }
 
@@ -109,7 +109,7 @@ def speedup_bars(table, context: int, source: str | None = None):
 def peers_vs_context(df, heads: int, nodes: int, source: str | None = None):
     """Per-layer time against context beside the real peers, with the floor (df: a peers
     recording with ``analysis.add_roofline``'s columns)."""
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(11, 4))
     _impl_lines(ax, df, heads, nodes, lambda g: g.ms * 1e3, series=PEER_SERIES)
     fl = df[(df.heads == heads) & (df.nodes == nodes) & (df.impl == "native")].sort_values("context")
     ax.plot(fl.context / 1024, fl.floor_ms * 1e3, "k:", label="floor: max(bytes/BW, FLOPs/GEMM), same run")

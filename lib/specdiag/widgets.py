@@ -167,10 +167,13 @@ def ddtree_view(budget: int = 8, seed: int = 0, vocab: int = 6, depth: int = 6, 
         )
     for i, (x, y) in pos.items():
         ax.scatter([x], [y], s=260, color="tab:red" if i in path else "white", edgecolors="k", zorder=3)
-        ax.text(x, y, "root" if i == 0 else str(int(tree.tokens[i])), ha="center", va="center", fontsize=7, zorder=4)
+        ax.text(x, y, "R" if i == 0 else str(int(tree.tokens[i])), ha="center", va="center", fontsize=7, zorder=4)
     ax.set_xlabel("depth (draft position)")
+    ax.set_xticks(range(tree.max_depth + 1))
     ax.set_yticks([])
-    ax.set_title(f"DDTree, budget {budget}: {tree.num_nodes} nodes, {res.commit_length} tokens committed")
+    ax.set_title(
+        f"DDTree, budget {budget}: {tree.num_nodes} nodes (R: the root; red: accepted), {res.commit_length} committed"
+    )
     fig.tight_layout()
     return fig, f"budget {budget}: accepted path {sorted(path)}, commit length {res.commit_length}"
 
