@@ -19,6 +19,8 @@ MODES = {
     "peers": "ours beside FlashMLA and the real sglang kernel (data/peers_h200.json)",
     "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
+    "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
+    "trace": "the seesaw kernel's per-tile timeline (clock64 events of one CTA) per shape and variant",
 }
 
 
@@ -44,7 +46,28 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default=None, help="sweep: comma-separated tree sizes (nodes, root included)")
     ap.add_argument("--quick", action="store_true", help="sweep: a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
+    ap.add_argument(
+        "--defines", default="", help="variants, trace: 'NAME=INT[,NAME=INT];...' (trace: '' is the default build)"
+    )
+    ap.add_argument("--page-sizes", default="1,64", help="variants, trace: comma-separated KV page sizes")
+    ap.add_argument("--prefix-splits", type=int, default=None, help="trace: force the prefix split count")
+    ap.add_argument("--shapes", default=None, help="variants, trace: CONTEXTxHEADSxNODES,... (default: the mode's own)")
     a = ap.parse_args(argv)
+    if a.mode in ("variants", "trace"):
+        from .variants import parse_variants
+
+        try:
+            variants = parse_variants(a.defines) if a.mode == "variants" or a.defines.strip() else []
+            page_sizes = tuple(int(x) for x in a.page_sizes.split(","))
+            shapes = (
+                tuple(tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")) if a.shapes else None
+            )
+        except ValueError as e:
+            print(f"bad --defines, --page-sizes or --shapes: {e}", file=sys.stderr)
+            return 2
+        if shapes and any(len(s) != 3 for s in shapes):
+            print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
+            return 2
     if not gpu_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to the recordings in data/)", file=sys.stderr)
         return 2
@@ -82,6 +105,28 @@ def main(argv=None) -> int:
         checks = engine_checks()
         steps = engine_step_times()
         save(a.out, "engine", {"sglang": sglang_provenance(), "checks": checks, "steps": steps, "layers": LAYERS})
+        return 0
+    if a.mode == "variants":
+        from .variants import VARIANT_SHAPES, identity, time_variants
+
+        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
+        ident = identity(impl, variants)
+        ceilings = timing.measure_ceilings()
+        rows = time_variants(impl, variants, shapes or VARIANT_SHAPES, page_sizes, rep_ms=min(a.rep_ms, 25.0))
+        save(a.out, "variants", {"ceilings": ceilings, "identity": ident, "rows": rows})
+        return 0 if all(r["bit_identical"] for r in ident) else 1
+    if a.mode == "trace":
+        from .trace import TRACE_SHAPES, trace_seesaw
+
+        runs = []
+        for ctx, heads, nodes in shapes or TRACE_SHAPES:
+            for ps in page_sizes:
+                for v in [{}, *variants]:
+                    r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
+                    runs.append(r)
+                    med = {k: round(x) for k, x in r["median_cycles"].items()}
+                    print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med}")
+        save(a.out, "trace", {"runs": runs})
         return 0
     ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     ceilings = timing.measure_ceilings()

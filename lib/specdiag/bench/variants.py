@@ -1,0 +1,127 @@
+"""Compile-time variants of a kernel (``-D`` switches of its source) beside its default build and
+FlashMLA's prefix call, in one process: first whether each variant's output is bit-identical to
+the default build's on held-out inputs (a schedule or load-path change must not change a single
+bit), then their times on rotated inputs."""
+
+from __future__ import annotations
+
+import torch
+
+from ..attention import peers
+from ..attention.registry import KERNELS
+from ..cost import SOFTMAX_SCALE, attention_cost, rates
+
+__all__ = ["parse_variants", "IDENTITY_CASES", "VARIANT_SHAPES", "identity", "time_variants"]
+
+# (prefix lengths, nodes, heads, page size): ragged batches, empty and partial tiles, odd pages
+IDENTITY_CASES = (
+    ([4097, 0, 70000], 65, 16, 1),
+    ([32768], 9, 8, 1),
+    ([1000, 3000], 257, 8, 7),
+    ([185000], 9, 8, 1),
+    ([20000], 65, 128, 64),
+    ([5000, 777], 9, 16, 12),
+    ([9000], 65, 8, 96),
+)
+VARIANT_SHAPES = ((185000, 8, 9), (185000, 8, 65), (32768, 64, 65), (131072, 128, 65), (65536, 16, 65), (32768, 128, 9))
+
+
+def parse_variants(text: str) -> list[dict[str, int]]:
+    """'A=1;A=2,B=3' -> [{'A': 1}, {'A': 2, 'B': 3}]; one line of error for anything else."""
+    out = []
+    for chunk in filter(None, (c.strip() for c in text.split(";"))):
+        d = {}
+        for kv in chunk.split(","):
+            name, sep, value = kv.strip().partition("=")
+            if not sep or not name.isidentifier() or not value.strip().lstrip("-").isdigit():
+                raise ValueError(f"a variant is NAME=INT[,NAME=INT...], got {chunk!r}")
+            d[name] = int(value)
+        out.append(d)
+    if not out:
+        raise ValueError("no variants given (e.g. 'TV_QK_FIRST=1;TV_QK_FIRST=2')")
+    return out
+
+
+def identity(impl: str, variants: list[dict], cases=IDENTITY_CASES, progress=print) -> list[dict]:
+    """For each variant and case: whether out and lse equal the default build's bit for bit."""
+    from ..attention.inputs import make_verify_inputs
+    from ..attention.native import NativeTreeVerify
+
+    rows = []
+    for lens, nodes, heads, ps in cases:
+        x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, device="cuda", seed=len(lens) + nodes)
+        base = [t.clone() for t in NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl).run()]
+        for v in variants:
+            out, lse = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=v).run()
+            same = bool(torch.equal(out, base[0]) and torch.equal(lse, base[1]))
+            diff = float((out.float() - base[0].float()).abs().max())
+            rows.append(
+                dict(
+                    impl=impl,
+                    defines=v,
+                    prefix_lens=lens,
+                    nodes=nodes,
+                    heads=heads,
+                    page_size=ps,
+                    bit_identical=same,
+                    max_abs_diff=diff,
+                )
+            )
+            verdict = "bit-identical" if same else f"differs by {diff:.3g}"
+            progress(f"{impl} {v} {lens} T={nodes} H={heads} ps={ps}: {verdict}")
+    return rows
+
+
+def time_variants(
+    impl: str, variants: list[dict], shapes=VARIANT_SHAPES, page_sizes=(1, 64), rep_ms: float = 25.0, progress=print
+) -> list[dict]:
+    """Rows of ``impl, defines, context, heads, nodes, page_size, ms`` for the default build and each
+    variant, and FlashMLA's prefix call (page size 64) on the same shapes where it is installed."""
+    from .timing import Rotation, time_rotating
+
+    if impl not in KERNELS:
+        raise ValueError(f"impl must be one of {tuple(KERNELS)}, got {impl!r}")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for ctx, heads, nodes in shapes:
+        cost = attention_cost(ctx, nodes, heads)
+        for ps in sorted(set(page_sizes) | {64}):
+            rot = Rotation(ctx, ps, nodes, heads, l2, seed=ctx + heads + nodes)
+            if ps in page_sizes:
+                for v in [{}, *variants]:
+                    ops = rot.native_ops(impl=impl, defines=v)
+                    ms = time_rotating([op.run for op in ops], rep_ms)
+                    rows.append(
+                        dict(
+                            impl=impl,
+                            defines=v,
+                            context=ctx,
+                            heads=heads,
+                            nodes=nodes,
+                            page_size=ps,
+                            ms=ms,
+                            splits=ops[0].plan.splits,
+                            **cost,
+                        )
+                        | rates(cost, ms)
+                    )
+                    progress(f"{impl} {v} ctx={ctx} H={heads} T={nodes} ps={ps}: {ms * 1e3:.1f} us")
+                    del ops
+            if ps == 64 and not peers.flashmla_missing():
+                keep = ("q", "kv_pool", "page_table", "prefix_lens")
+                calls = [
+                    peers.FlashMLAPrefix(**{k: rot.inputs(i)[k] for k in keep}, scale=SOFTMAX_SCALE).run
+                    for i in range(rot.n)
+                ]
+                ms = time_rotating(calls, rep_ms)
+                rows.append(
+                    dict(
+                        impl="flashmla", defines={}, context=ctx, heads=heads, nodes=nodes, page_size=64, ms=ms, **cost
+                    )
+                    | rates(cost, ms)
+                )
+                progress(f"flashmla ctx={ctx} H={heads} T={nodes}: {ms * 1e3:.1f} us")
+                del calls
+            del rot
+            torch.cuda.empty_cache()
+    return rows

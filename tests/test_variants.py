@@ -1,0 +1,103 @@
+"""Kernel variants and the per-tile trace: parsing, the bench modes' input errors, the trace's
+interval arithmetic (CPU), the traced build (nvcc), and both on the GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from specdiag import kernels
+from specdiag.attention.registry import KERNELS
+from specdiag.bench.__main__ import main as bench_main
+from specdiag.bench.trace import EVENTS, TRACE_TILES, intervals, summarize
+from specdiag.bench.variants import parse_variants
+
+HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not None
+needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
+
+
+def test_parse_variants():
+    assert parse_variants("TV_A=1; TV_A=2,TV_B=-3") == [{"TV_A": 1}, {"TV_A": 2, "TV_B": -3}]
+    for bad in ("", ";", "TV_A", "TV_A=x", "1A=2", "TV_A=1,=2"):
+        with pytest.raises(ValueError):
+            parse_variants(bad)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["variants", "--defines", "TV_A"],
+        ["variants", "--defines", ""],
+        ["trace", "--page-sizes", "1,x"],
+        ["trace", "--shapes", "185000x8"],
+    ],
+)
+def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert bench_main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bad --")
+    assert not out.exists()
+
+
+def _synthetic(n: int, period: int, offsets: list[int], load_offsets: list[int]) -> np.ndarray:
+    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    for t in range(n):
+        base = 100_000 + t * period
+        for e, off in enumerate(offsets):
+            raw[t % 2, t, e] = base + off
+        for e, off in enumerate(load_offsets):
+            raw[2, t, e] = base + off
+    return raw
+
+
+def test_trace_intervals_follow_the_owner_of_each_tile():
+    offsets = [0, 110, 3500, 4700, 5300, 6300, 6530]  # EVENTS order
+    raw = _synthetic(20, 3000, offsets, [-4000, -3960, -1000])
+    med = summarize(intervals(raw, 20))
+    assert med["wait_other_p"] == 110 and med["wait_part0"] == 3390 and med["wait_parts"] == 1200
+    assert med["qk_tail"] == 600 and med["softmax"] == 1000 and med["pv_issue"] == 230
+    assert med["period"] == 3000  # top (t + 2) - top (t), per tile
+    assert med["loader_wait_stage"] == 40 and med["load_issue"] == 2960 and med["load_to_part0"] == 3500 + 3960
+    assert len(EVENTS) == len(offsets)
+
+
+def test_trace_intervals_leave_missing_events_out():
+    raw = _synthetic(10, 3000, [0, 110, 3500, 4700, 5300, 6300, 6530], [-4000, -3960, -1000])
+    raw[1, :, EVENTS.index("p_arrived")] = 0  # the odd tiles lose an event
+    iv = intervals(raw, 10)
+    assert np.isnan(iv["softmax"][1::2]).all() and np.isfinite(iv["softmax"][0::2]).all()
+    assert summarize(iv)["softmax"] == 1000  # medians skip the holes
+
+
+@needs_sass
+def test_traced_build_records_the_clock_and_the_default_build_does_not():
+    spec = KERNELS["wgmma_seesaw"]
+    f = kernels.nvcc_check(spec.source, defines={"TV_TRACE": 1})[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines={"TV_TRACE": 1})
+    assert "SR_CLOCKLO" not in kernels.sass(spec.source)
+
+
+@pytest.mark.gpu
+def test_trace_and_variants_on_the_gpu():
+    """The traced build's output is the default build's bit for bit, and its timeline is whole:
+    every steady tile has every event, in order."""
+    import torch
+
+    from specdiag.bench.trace import trace_seesaw
+    from specdiag.bench.variants import identity
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the seesaw kernel needs sm_90")
+    rows = identity("wgmma_seesaw", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
+    assert rows[0]["bit_identical"]
+    r = trace_seesaw(185000, 8, 9, page_size=1)  # 44 tiles per split
+    med = r["median_cycles"]
+    assert r["tiles"] > 8 and all(med[k] >= 0 for k in ("wait_other_p", "wait_part0", "softmax", "period"))
+    ev = np.array(r["events"], dtype=np.float64)  # [3, tiles, 7]
+    own = ev[np.arange(r["tiles"]) % 2, np.arange(r["tiles"])]
+    steady = own[2 : r["tiles"] - 2]
+    assert (steady > 0).all() and (np.diff(steady[:, 2:], axis=1) >= 0).all()  # part0 <= ... <= pv_issued
