@@ -20,8 +20,6 @@ struct VerifyParams {
   float* lse_part;               // [B, NS, R] fp32, each split's log-sum-exp (natural log)
   __nv_bfloat16* out;            // [B, R, DV] bf16, the merged output
   float* lse;                    // [B, R] fp32, the merged log-sum-exp
-  const void* kv_map;            // CUtensorMap over kv_pool's token rows (specdiag.tma.pool_map), for
-                                 //   the TV_TMA_KV builds; null otherwise
   int R;                         // query rows per request (T * H)
   int T;                         // tree nodes per request
   int H;                         // query heads
@@ -34,7 +32,6 @@ struct VerifyParams {
   int tree_tiles_per_split;      // key tiles per tree split
   int NS;                        // splits in all
   float scale_log2;              // softmax scale * log2(e)
-  int kv_box_rows;               // tokens per TMA box of kv_map: the largest power of 2 <= 64 dividing page_size
 };
 
 }  // namespace tv

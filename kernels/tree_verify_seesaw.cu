@@ -19,9 +19,8 @@
 //   (3) P V (t - 1) done: arrive EMPTY (t - 1) (the loader puts tile t + 1 there);
 //   (4) Q K^T (t) done: softmax, P (t) and the row factors into shared memory, arrive P (t);
 //   (5) rescale O by alpha (t), issue P V (t), P from registers.
-// TV_QK_FIRST=1 or 2: math warpgroup 1 issues (2) before (1), so that its Q K^T (t) need not wait
-// for P (t - 1) and runs during warpgroup 0's softmax; with 1 it does (3) after (4), with 2 before.
 // TV_SKIP (a -D bitmask of tvsee::Skip) builds the stage ablations: results wrong by design.
+// TV_TRACE=1 records the per-tile timeline of one CTA (tvsee::Event; specdiag.bench.trace).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -31,17 +30,8 @@
 #ifndef TV_SKIP
 #define TV_SKIP 0
 #endif
-#ifndef TV_QK_FIRST
-#define TV_QK_FIRST 0
-#endif
 #ifndef TV_TRACE
 #define TV_TRACE 0
-#endif
-#ifndef TV_TMA_KV
-#define TV_TMA_KV 0
-#endif
-#ifndef TV_PAGES_AHEAD
-#define TV_PAGES_AHEAD 1
 #endif
 
 namespace tvsee {
@@ -98,17 +88,16 @@ struct Const {
 };
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
-// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2), in tv_trace
-// (specdiag.bench.trace reads it). Costs a global store per event.
+// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2), in tv_trace.
 constexpr int TRACE_TILES = 128;
 enum Event : int {
-  kTop = 0,        // math: loop top, our P V (t - 2) done | loader: before waiting for tile t's stage
-  kOtherP = 1,     // math: P (t - 1) received | loader: the stage is free
-  kPart0 = 2,      // math: tile t's first part landed | loader: tile t's copies issued
-  kPartsAll = 3,   // math: its last part landed
-  kQKDone = 4,     // math: Q K^T (t) done, softmax starts
-  kPArrived = 5,   // math: P (t) handed over
-  kPVIssued = 6,   // math: P V (t) issued
+  kTop = 0,       // math: loop top, our P V (t - 2) done | loader: before waiting for tile t's stage
+  kOtherP = 1,    // math: P (t - 1) received | loader: the stage is free
+  kPart0 = 2,     // math: tile t's first part landed | loader: tile t's copies issued
+  kPartsAll = 3,  // math: its last part landed
+  kQKDone = 4,    // math: Q K^T (t) done, softmax starts
+  kPArrived = 5,  // math: P (t) handed over
+  kPVIssued = 6,  // math: P V (t) issued
 };
 #if TV_TRACE
 extern "C" __device__ unsigned long long tv_trace[3][TRACE_TILES][8];
@@ -159,30 +148,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
       auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
-      // TV_TMA_KV: a whole prefix tile comes as TMA boxes of kv_box_rows tokens, box i (of
-      // PART_BLOCKS * groups per part) by thread i % WG; all of a thread's boxes start at the
-      // same token (groups divides WG), whose pool row tma_row looks up a load ahead
-      const int groups = TV_TMA_KV ? BN / p.kv_box_rows : 1;
-      auto by_tma = [&](int tile) { return TV_TMA_KV && !w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len; };
-      auto tma_row = [&](int tile) {
-        const int tok = (w.tile_begin + tile) * BN + (t % groups) * p.kv_box_rows;
-        return by_tma(tile) ? tvc::key_page(p, w, tok, b) * p.page_size + (tok - tvc::page_of(p, tok) * p.page_size) : 0;
-      };
-      auto tma_tile = [&](int tile, int row) {
-        const int boxes = PART_BLOCKS * groups;
-        const uint32_t box_bytes = p.kv_box_rows * 128;
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-          const uint32_t bar = full(tile, part);
-          const int mine = t < boxes ? (boxes - 1 - t) / WG + 1 : 0;
-          if (mine) mbar_expect_tx(bar, mine * box_bytes);
-          for (int i = t; i < boxes; i += WG) {
-            const int c = part * PART_BLOCKS + i / groups;
-            tma_load_rows(stage(tile) + c * BN * 128 + (i % groups) * box_bytes, p.kv_map, c, row, bar);
-          }
-          mbar_arrive(bar);
-        }
-      };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
@@ -203,40 +168,22 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           cp_async_mbar_arrive(full(tile, part));
         }
       };
-      // Q's copies must land before the first tile's mbarrier completes: a TMA tile's arrives do
-      // not wait for this thread's cp.async as cp.async.mbarrier.arrive does
       load_q<BM, WG>(p, sQ, t, b, row0);
-      if (by_tma(0)) cp_async_wait<0>();
       int pg[ROWS_T];
-      auto load = [&](int tile, int row) {
-        if (by_tma(tile))
-          tma_tile(tile, row);
-        else
-          load_tile(tile, pg);
-      };
       pages_of(0, pg);
-      load(0, tma_row(0));
+      load_tile(0, pg);
       if (n > 1) {
         pages_of(1, pg);
-        load(1, tma_row(1));
+        load_tile(1, pg);
       }
-      int pg_ahead[ROWS_T];  // TV_PAGES_AHEAD=2: the pages of the tile after the next
-      if constexpr (TV_PAGES_AHEAD >= 2) pages_of(2, pg_ahead);
       for (int j = 0; j + 2 < n; ++j) {
-        if constexpr (TV_PAGES_AHEAD >= 2) {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = pg_ahead[i];
-          pages_of(j + 3, pg_ahead);  // (past the end: clamped to a valid entry, unused)
-        } else {
-          pages_of(j + 2, pg);
-        }
-        const int row = tma_row(j + 2);
+        pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
-        load(j + 2, row);
+        load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
       }
       cp_async_wait<0>();
@@ -288,8 +235,16 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int kk = 0; kk < BN / 16; ++kk)
         if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
     };
-    // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
-    auto qk_tile = [&](int t) {
+    for (int t = C; t < n; t += 2) {
+      // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
+      // unconditional so that ptxas sees O idle from here on, whichever the tile)
+      wgmma_wait<0>();
+      fence_o();
+      trace(C, t, kTop);
+      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
+      if (t >= 1) other_tile(t - 1);
+      wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
+      // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
 #pragma unroll
@@ -308,44 +263,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
       }
       wgmma_commit();
-    };
-    // (3) our P V (t - 1) is done: tile t + 1 may take its stage
-    auto release_other = [&](int t) {
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
       fence_o();
       if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-    };
-    // Q K^T first in warpgroup 1 only: its tiles all have a tile before them, and a wgmma under a
-    // runtime condition while another is in flight makes ptxas serialise them all (C7520)
-    constexpr bool QK_FIRST = TV_QK_FIRST != 0 && C == 1;
-    for (int t = C; t < n; t += 2) {
-      // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
-      // unconditional so that ptxas sees O idle from here on, whichever the tile)
-      wgmma_wait<0>();
-      fence_o();
-      trace(C, t, kTop);
-      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
-      if constexpr (QK_FIRST) {
-        qk_tile(t);
-        other_tile(t - 1);
-        wgmma_commit();
-        if constexpr (TV_QK_FIRST == 2) {  // both done before the softmax: tile t + 1 may load
-          wgmma_wait<0>();
-          release_other(t);
-        } else {
-          wgmma_wait<1>();  // Q K^T (t) done; P V (t - 1) may still run
-        }
-      } else {
-        if (t >= 1) other_tile(t - 1);
-        wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-        qk_tile(t);
-        wgmma_wait<1>();
-        release_other(t);
-        wgmma_wait<0>();
-        fence_o();
-      }
       // (4) the softmax of tile t
+      wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+      fence_o();
       trace(C, t, kQKDone);
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
 #pragma unroll
@@ -378,10 +304,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
       bar_arrive(P_OURS, 2 * WG);
       trace(C, t, kPArrived);
-      if constexpr (QK_FIRST && TV_QK_FIRST == 1) {
-        wgmma_wait<0>();
-        release_other(t);
-      }
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();

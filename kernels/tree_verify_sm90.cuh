@@ -151,21 +151,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// plain arrive (one of the arrivals the barrier was initialised with)
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// `bytes` more to land before the current phase can complete (TMA copies count them down)
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// TMA: the box at (0, block, row) of a 3-D map {64, 9, rows} over 1152-byte token rows
-// (specdiag.tma.pool_map) into `dst`, 128-byte swizzled by the copy; completes bytes on `bar`
-__device__ __forceinline__ void tma_load_rows(uint32_t dst, const void* map, int block, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
-      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(block), "r"(row), "r"(bar) : "memory");
-}
 // a warpgroup's register budget per thread (sm_90a; all 128 threads, warp-aligned): the
 // warp-specialised kernels give the loads' warpgroup few and the math's many
 template <int N>

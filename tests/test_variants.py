@@ -101,3 +101,21 @@ def test_trace_and_variants_on_the_gpu():
     own = ev[np.arange(r["tiles"]) % 2, np.arange(r["tiles"])]
     steady = own[2 : r["tiles"] - 2]
     assert (steady > 0).all() and (np.diff(steady[:, 2:], axis=1) >= 0).all()  # part0 <= ... <= pv_issued
+
+
+def test_recorded_variants_and_trace_tables():
+    """The recordings behind docs/kernel_notes.md's thirteenth-session section: every variant
+    bit-identical to the default build, ratios over the default build's time, and the trace's
+    medians per build."""
+    from specdiag import analysis, data
+
+    doc = data.load_json("history/seesaw_variants_h200.json")
+    table = analysis.variant_table(doc)
+    assert {"default_us", "flashmla/default"} <= set(table.columns)
+    assert set(table.index.get_level_values("page_size")) == {1, 64}
+    assert all(r["bit_identical"] for r in doc["identity"])
+    lines = analysis.variant_summary(doc)
+    assert len(lines) == len(table.columns) - 2 and all("bit-identical in 7 of 7" in ln for ln in lines)
+    tr = analysis.trace_table(data.load_json("trace_seesaw_h200.json"))
+    assert {"default", "TV_SKIP=7"} <= set(tr.index.get_level_values("build"))
+    assert (tr["period"] > 0).all() and (tr["load_issue"] > 0).all()

@@ -18,6 +18,9 @@ __all__ = [
     "peer_table",
     "peer_targets",
     "results_markdown",
+    "variant_table",
+    "variant_summary",
+    "trace_table",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -197,3 +200,61 @@ def results_markdown(peers_doc: dict, shape=PEER_TARGETS["deployment"], layers: 
         cells = [fmt(one) if one else "", fmt(all_) if all_ else "", f"{ratio:.2f}x" if ratio else ""]
         lines.append(f"| {what} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def variant_table(doc: dict):
+    """A variants recording (``python -m specdiag.bench variants``) as one row per shape and page
+    size: the default build's time, each variant's time over it, and FlashMLA's prefix call (page
+    size 64, the same shape) over it."""
+    import pandas as pd
+
+    rows = pd.DataFrame(doc["rows"])
+    rows["build"] = [
+        ",".join(f"{k}={v}" for k, v in sorted(d.items())) or ("default" if i != "flashmla" else "flashmla")
+        for i, d in zip(rows.impl, rows.defines)
+    ]
+    keys = ["context", "heads", "nodes"]
+    ours = rows[rows.impl != "flashmla"].pivot_table(index=[*keys, "page_size"], columns="build", values="ms")
+    out = pd.DataFrame({"default_us": ours["default"] * 1e3})
+    for b in ours.columns:
+        if b != "default":
+            out[b] = ours[b] / ours["default"]
+    fm = rows[rows.impl == "flashmla"].set_index(keys).ms
+    out["flashmla/default"] = [fm.get(k[:3], float("nan")) / ours["default"][k] for k in ours.index]
+    return out
+
+
+def variant_summary(doc: dict) -> list[str]:
+    """One line per variant: its time over the default build's, range and median per page size,
+    and whether every held-out case was bit-identical."""
+    import pandas as pd
+
+    table = variant_table(doc)
+    ident = pd.DataFrame(doc.get("identity", []))
+    lines = []
+    for build in [c for c in table.columns if c not in ("default_us", "flashmla/default")]:
+        parts = []
+        for ps, g in table.groupby(level="page_size"):
+            r = g[build]
+            parts.append(f"page size {ps}: {r.min():.2f}x to {r.max():.2f}x (median {r.median():.2f}x)")
+        same = ""
+        if len(ident):
+            mine = ident[[",".join(f"{k}={v}" for k, v in sorted(d.items())) == build for d in ident.defines]]
+            same = f"; bit-identical in {int(mine.bit_identical.sum())} of {len(mine)} cases"
+        lines.append(f"{build} / default: " + ", ".join(parts) + same)
+    return lines
+
+
+def trace_table(doc: dict):
+    """A trace recording (``python -m specdiag.bench trace``): the median cycles of each interval,
+    one row per shape, page size and build."""
+    import pandas as pd
+
+    rows = []
+    for r in doc["runs"]:
+        build = ",".join(f"{k}={v}" for k, v in sorted(r["defines"].items()) if k != "TV_TRACE") or "default"
+        rows.append(
+            dict(context=r["context"], heads=r["heads"], nodes=r["nodes"], page_size=r["page_size"], build=build)
+            | {k: round(v) for k, v in r["median_cycles"].items()}
+        )
+    return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "page_size", "build"])

@@ -18,7 +18,6 @@ int main() {
   FIELD(lse_part);
   FIELD(out);
   FIELD(lse);
-  FIELD(kv_map);
   FIELD(R);
   FIELD(T);
   FIELD(H);
@@ -31,7 +30,6 @@ int main() {
   FIELD(tree_tiles_per_split);
   FIELD(NS);
   FIELD(scale_log2);
-  FIELD(kv_box_rows);
   std::printf("sizeof %zu\n", sizeof(tv::VerifyParams));
   return 0;
 }

@@ -13,7 +13,6 @@ import math
 
 import torch
 
-from .. import tma
 from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 from .plan import merge_groups, plan_launch
 from .registry import KERNELS, MERGE, resolve_impl
@@ -30,7 +29,6 @@ class VerifyParams(ctypes.Structure):
 
     _fields_ = [
         *((name, _PTR) for name in _POINTERS),
-        ("kv_map", _PTR),
         ("R", _I32),
         ("T", _I32),
         ("H", _I32),
@@ -43,7 +41,6 @@ class VerifyParams(ctypes.Structure):
         ("tree_tiles_per_split", _I32),
         ("NS", _I32),
         ("scale_log2", ctypes.c_float),
-        ("kv_box_rows", _I32),
     ]
 
 
@@ -134,8 +131,6 @@ class NativeTreeVerify:
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
         q_, pool, pt, lens, tkv, mask = self._keep
         magic, shift = page_divider(pool.shape[1])
-        self._tma = bool({**dict(self.spec.defines), **(defines or {})}.get("TV_TMA_KV"))
-        self._kv_map = self._encode_kv_map(pool) if self._tma else None
         self.params = VerifyParams(
             **{
                 name: t.data_ptr()
@@ -155,8 +150,6 @@ class NativeTreeVerify:
             tree_tiles_per_split=plan.tree_tiles_per_split,
             NS=plan.splits,
             scale_log2=scale * math.log2(math.e),
-            kv_map=self._kv_map.data_ptr() if self._kv_map is not None else None,
-            kv_box_rows=tma.box_rows(pool.shape[1]),
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):
@@ -180,12 +173,6 @@ class NativeTreeVerify:
             ),
         )
 
-    @staticmethod
-    def _encode_kv_map(pool: torch.Tensor) -> torch.Tensor:
-        """The TMA map over ``pool``'s token rows, in device memory (``TV_TMA_KV`` builds)."""
-        m = tma.pool_map(pool.data_ptr(), pool.shape[0], pool.shape[1], pool.shape[2] * pool.element_size())
-        return torch.frombuffer(bytearray(tma.encode_tiled(m)), dtype=torch.uint8).to(pool.device)
-
     def bind(self, q=None, kv_pool=None, tree_kv=None, out=None) -> "NativeTreeVerify":
         """Point the prepared launches at other tensors of the same shapes, dtype and device (the
         next layer's q, KV pool and tree latents; ``out``: where ``run()`` writes, [B, T, H, 512]
@@ -207,9 +194,6 @@ class NativeTreeVerify:
                     f"bind: kv_pool pages are {tuple(t.shape[1:])}, the plan's are {tuple(pool.shape[1:])}"
                 )
             setattr(self.params, name, t.data_ptr())
-            if name == "kv_pool" and self._tma:
-                self._kv_map = self._encode_kv_map(t)
-                self.params.kv_map = self._kv_map.data_ptr()
         keep = dict(zip(("q", "kv_pool", "page_table", "prefix_lens", "tree_kv", "tree_mask"), self._keep))
         keep.update({k: t for k, t in new.items() if t is not None and k != "out"})
         self._keep = tuple(keep.values())  # the launches hold raw pointers: keep their tensors alive
