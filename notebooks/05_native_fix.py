@@ -38,6 +38,10 @@ check_files = {
 }
 ablation_file = "native_ablation_h200.json"
 peers_file = "peers_h200.json"
+portable_file = "mma_small_h200.json"  # the kernel auto runs on sm_120, timed on the H200
+deployment_copy_tb_s = 1.79  # assumed: the deployment GPU's memory bandwidth (RTX PRO 6000 Blackwell spec sheet)
+deployment_sms = 188  # assumed: its SM count (RTX PRO 6000 Blackwell spec sheet)
+deployment_sm_rate = 1.0  # assumed: its SM's mma.sync throughput over an H200 SM's (1: the same)
 headline_context = 185000
 heads = 8  # the deployment's heads per GPU
 nodes = 9  # and tree nodes
@@ -259,12 +263,53 @@ print(
 )
 ok = results[results.kernel == sm120.name]
 print(f"on the H200 it passes {int(ok.ok.sum())} of {len(ok)} float64 checks" if len(ok) else "not checked here")
-timed = sum(int((d.kernel == sm120.name).sum()) for d in (df, pdf) if "kernel" in d)
+
+# %% [markdown]
+# Its speed on the H200, beside the Hopper kernel in the same run (page size 1), and what that
+# suggests for the deployment's GPUs: an estimate (`specdiag.postmortem.deployment_layer_ms`). On
+# the H200 this kernel reads far below the copy bandwidth, so its time follows the SMs: their count
+# and an assumed per-SM rate, never below the deployment's bandwidth floor. Notebook 06 puts it
+# into the deployment's steps.
+
+# %%
+from specdiag import postmortem
+
+
+def run_portable():
+    from specdiag.bench import timing
+
+    rows = timing.context_sweep(
+        contexts=(32768, 65536, headline_context),
+        heads=(heads,),
+        trees=(nodes,),
+        impls=(sm120.label + "_ps1", "native_auto_ps1"),
+        rep_ms=20,
+    )
+    return {"ceilings": timing.measure_ceilings(), "rows": rows}
+
+
+portable_doc = data.measure_or_load("never" if smoke else measure, portable_file, run_portable)
+prt = data.sweep_frame(portable_doc)
+prt = prt[(prt.heads == heads) & (prt.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")
+prt = prt.rename(columns={sm120.label + "_ps1": sm120.name, "native_auto_ps1": "hopper_auto"})
+prt["x_hopper"] = prt[sm120.name] / prt["hopper_auto"]
+h200_sms = portable_doc["machine"].get("sm_count", 132)
+prt["deployment_est"] = [
+    postmortem.deployment_layer_ms(
+        ms,
+        cost.attention_cost(int(c), nodes, heads)["kv_bytes"],
+        h200_sms,
+        deployment_sms,
+        deployment_copy_tb_s,
+        deployment_sm_rate,
+    )
+    for c, ms in prt[sm120.name].items()
+]
 print(
-    f"timed on the H200 at {timed} shapes"
-    if timed
-    else "its speed is not recorded yet: no H200 timing of this variant in data/, so no estimate for sm_120"
+    f"{data.provenance(portable_doc)}; ms per layer; deployment_est: {deployment_sms} SMs at "
+    f"{deployment_sm_rate:g}x an H200 SM's rate, {deployment_copy_tb_s} TB/s (assumed)"
 )
+prt.round(3)
 
 # %% [markdown]
 # ## 7. How close to the hardware?

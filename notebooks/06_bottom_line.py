@@ -29,9 +29,12 @@ smoke = False
 measure = "auto"  # "auto": measure on a GPU (with the sglang wheel), else show data/; "always"; "never"
 engine_file = "engine_h200.json"
 peers_file = "peers_h200.json"
+portable_file = "mma_small_h200.json"  # the kernel auto runs on sm_120, timed on the H200
 heads = 8
 nodes = 9
 deployment_copy_tb_s = 1.79  # assumed: the deployment GPU's memory bandwidth (RTX PRO 6000 Blackwell spec sheet)
+deployment_sms = 188  # assumed: its SM count (RTX PRO 6000 Blackwell spec sheet)
+deployment_sm_rate = 1.0  # assumed: its SM's mma.sync throughput over an H200 SM's (1: the same)
 commits = (1, 7, 8)  # tokens per step: free prose, predictable text (notebook 01)
 rest_floor_ms = 0.0  # assumed least non-attention time per step (MoE, dense layers, drafter, sampling); 0: none assumed
 
@@ -62,6 +65,22 @@ def run_peers():
     return {"ceilings": timing.measure_ceilings(), "rows": rows, "missing": missing}
 
 
+def run_portable():
+    from specdiag.analysis import INCIDENT
+    from specdiag.attention.registry import KERNELS, auto_kernel
+    from specdiag.bench import timing
+
+    label = KERNELS[auto_kernel((12, 0), heads * nodes)].label + "_ps1"
+    rows = timing.context_sweep(
+        contexts=sorted(INCIDENT["step_ms"]),
+        heads=(heads,),
+        trees=(nodes,),
+        impls=(label, "native_auto_ps1"),
+        rep_ms=20,
+    )
+    return {"ceilings": timing.measure_ceilings(), "rows": rows}
+
+
 from specdiag.attention.peers import sglang_runs_here
 
 eng = data.measure_or_load(
@@ -70,6 +89,7 @@ eng = data.measure_or_load(
 peers_doc = data.measure_or_load(
     measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
+portable_doc = data.measure_or_load(measure, portable_file, run_portable)
 print(f"engine run: {data.provenance(eng)}; peers run: {data.provenance(peers_doc)}")
 print(f"sglang {eng['sglang']['version']} from {eng['sglang']['source']}")
 
@@ -136,17 +156,46 @@ print(
 
 # %% [markdown]
 # ## 4. The same steps with the fix (an estimate)
-# Rest unchanged; attention = our kernel's H200 time x 61 layers, carried over by the ratio of the
-# H200's copy bandwidth (measured in the peers run) to the deployment GPU's (the parameter
-# `deployment_copy_tb_s`, assumed). With no floor assumed for the rest (`rest_floor_ms`), every
-# step time below is a lower bound and every tokens-per-second figure an upper bound.
+# Rest unchanged; attention = 61 layers of the kernel `auto` runs on the deployment's GPUs. Those
+# are sm_120 (no wgmma, 99 KB of shared memory per CTA), so that is the portable mma.sync kernel
+# in its smallest variant, not the Hopper kernel of the sections above. Its H200 time (`data/`,
+# page size 1) is carried over by `specdiag.postmortem.deployment_layer_ms`: on the H200 it reads
+# far below the copy bandwidth, so its time follows the SMs (their count and an assumed per-SM
+# rate, `deployment_sms` and `deployment_sm_rate`), down to at most the deployment's bandwidth
+# floor (`deployment_copy_tb_s`, assumed). With no floor assumed for the rest (`rest_floor_ms`),
+# every step time below is a lower bound and every tokens-per-second figure an upper bound.
 
 # %%
-bw = peers_doc["ceilings"]["copy_tb_s"]
-print(f"bandwidth carried over: H200 {bw:.2f} TB/s (measured) / deployment {deployment_copy_tb_s:.2f} TB/s (assumed)")
+from specdiag.attention.registry import KERNELS, auto_kernel
+from specdiag.cost import attention_cost
+
+sm120 = KERNELS[auto_kernel((12, 0), heads * nodes)]
+runs = data.sweep_frame(portable_doc)
+runs = runs[(runs.heads == heads) & (runs.nodes == nodes)]
+port = runs[runs.impl == sm120.label + "_ps1"]
+hopper = dict(zip(runs[runs.impl == "native_auto_ps1"].context, runs[runs.impl == "native_auto_ps1"].ms))
+h200_sms = portable_doc["machine"].get("sm_count", 132)
+fix_ms = {
+    int(r.context): postmortem.deployment_layer_ms(
+        r.ms,
+        attention_cost(int(r.context), nodes, heads)["kv_bytes"],
+        h200_sms,
+        deployment_sms,
+        deployment_copy_tb_s,
+        deployment_sm_rate,
+    )
+    for r in port.itertuples()
+}
+for c, ms in sorted(fix_ms.items()):
+    h = float(port[port.context == c].ms.iloc[0])
+    print(
+        f"{c:,} tokens: {sm120.name} on the H200 {h:.3f} ms/layer ({h / hopper[c]:.1f}x the Hopper kernel, same run), "
+        f"on the deployment's GPUs ~{ms:.3f} ms/layer (estimate)"
+    )
+print(f"portable run: {data.provenance(portable_doc)}; H200 SMs {h200_sms}, deployment SMs {deployment_sms} (assumed)")
 readings = {
-    "reading 1": postmortem.fixed_steps(split1, per_layer["native"], bw, deployment_copy_tb_s, commits=commits),
-    "reading 2": postmortem.fixed_steps(split2, per_layer["native"], bw, deployment_copy_tb_s, commits=commits),
+    "reading 1": postmortem.fixed_steps(split1, fix_ms, commits=commits),
+    "reading 2": postmortem.fixed_steps(split2, fix_ms, commits=commits),
 }
 cols = ["context", "step_ms", "rest_ms", "native_attention_ms", "fixed_step_ms", "speedup"]
 cols += [c for c in readings["reading 1"].columns if c.startswith("tok_s")]
@@ -169,5 +218,5 @@ for name, fixed in readings.items():
 # assumed for the rest of a step (the MoE's and dense layers' weight reads at batch 1, the drafter,
 # sampling: not measured by this workbook) the tokens per second are upper bounds; set
 # `rest_floor_ms` to that time on the deployment's GPUs to turn them into estimates. Re-recording
-# the baseline there (`python -m specdiag.bench peers`) decides between the readings and replaces
-# the bandwidth assumption with a measurement.
+# the baseline and the portable kernel there (`python -m specdiag.bench peers`, `sweep`) decides
+# between the readings and replaces the SM and bandwidth assumptions with measurements.

@@ -26,10 +26,34 @@ def test_reading_2_caps_attention_at_each_step():
         postmortem.split_steps({5: 1.0}, STEPS)
 
 
-def test_fixed_steps_carry_the_fix_over_by_bandwidth():
+def test_fixed_steps_add_the_fix_to_the_rest():
     split, _ = postmortem.split_steps(BASE, STEPS, layers=50)
-    fixed = postmortem.fixed_steps(split, {c: 0.01 for c in BASE}, 4.0, 2.0, commits=(1, 8), layers=50)
-    assert fixed.native_attention_ms.tolist() == pytest.approx([1.0, 1.0, 1.0])  # 0.5 ms x 4/2
+    fixed = postmortem.fixed_steps(split, {c: 0.02 for c in BASE}, commits=(1, 8), layers=50)
+    assert fixed.native_attention_ms.tolist() == pytest.approx([1.0, 1.0, 1.0])  # 0.02 ms x 50
     assert fixed.fixed_step_ms.tolist() == pytest.approx([1.0, 1.0, 201.0])
     assert fixed.tok_s_fixed_commit8.iloc[-1] == pytest.approx(8e3 / 201.0)
     assert fixed.tok_s_now_commit1.iloc[0] == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="no time for the fix at contexts"):
+        postmortem.fixed_steps(split, {1000: 0.02})
+
+
+def test_deployment_layer_ms_scales_by_sms_down_to_the_bandwidth_floor():
+    # SM-bound: 1 ms on 132 SMs -> 132/264 ms on 264 SMs of the same rate, 2x that at half the rate
+    assert postmortem.deployment_layer_ms(1.0, 1e6, 132, 264, 2.0) == pytest.approx(0.5)
+    assert postmortem.deployment_layer_ms(1.0, 1e6, 132, 264, 2.0, sm_rate=0.5) == pytest.approx(1.0)
+    # never below the bytes over the deployment's bandwidth: 2e9 B / 2 TB/s = 1 ms
+    assert postmortem.deployment_layer_ms(1.0, 2e9, 132, 264, 2.0) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        postmortem.deployment_layer_ms(1.0, 1e6, 132, 0, 2.0)
+
+
+def test_notebooks_05_and_06_assume_the_same_deployment_gpu():
+    from pathlib import Path
+
+    from specdiag.runner import notebook_parameters
+
+    nbs = Path(__file__).resolve().parents[1] / "notebooks"
+    p05 = notebook_parameters(next(nbs.glob("05_*.py")))
+    p06 = notebook_parameters(next(nbs.glob("06_*.py")))
+    keys = ("portable_file", "deployment_copy_tb_s", "deployment_sms", "deployment_sm_rate")
+    assert {k: p05[k] for k in keys} == {k: p06[k] for k in keys}

@@ -46,6 +46,19 @@ def steps(tag: str, data: Path, models: bool = False) -> list[Step]:
             f"context_sweep_{tag}.json",
         ),
         Step("peers", "beside FlashMLA and sglang (03, 05, 06)", ("specdiag.bench", "peers"), f"peers_{tag}.json"),
+        Step(
+            "portable",
+            "the kernel auto runs on sm_120, timed here (05, 06)",
+            ("specdiag.bench", "sweep", "--impls", f"{KERNELS['mma_small'].label}_ps1,native_auto_ps1")
+            + ("--contexts", "32768,65536,185000", "--heads", "8,64", "--trees", "9,65"),
+            f"mma_small_{tag}.json",
+        ),
+        Step(
+            "trace",
+            "the seesaw kernel's per-tile timeline, with and without its math (docs/kernel_notes.md)",
+            ("specdiag.bench", "trace", "--page-sizes", "1", "--defines", "TV_SKIP=7"),
+            f"trace_seesaw_{tag}.json",
+        ),
         Step("engine", "the engine adapter (06)", ("specdiag.bench", "engine"), f"engine_{tag}.json"),
         Step("ablate", "stages left out (05)", ("specdiag.bench", "ablate"), f"native_ablation_{tag}.json"),
         Step("tune", "split counts (the plan's fit)", ("specdiag.bench", "tune"), f"native_tune_{tag}.json"),
