@@ -78,8 +78,9 @@ constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
 // Stage ablations (TV_SKIP): Q K^T (S zeroed instead), both P V halves, the mask and softmax,
-// every tile's cp.async (the loader still arrives on each part's mbarrier).
-enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8 };
+// every tile's cp.async (the loader still arrives on each part's mbarrier), the page-table reads
+// (the loader takes prefix token n from pool row n instead).
+enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
 __host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 
 template <int V>
@@ -147,7 +148,14 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
+        if constexpr (runs(kSkipPages)) {
+          tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
+        } else {
+#pragma unroll
+          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
+        }
+      };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {

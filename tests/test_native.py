@@ -458,7 +458,16 @@ def test_ablation_switches_compile_and_drop_their_stage():
 
     spec = KERNELS["wgmma_seesaw"]
     assert [k.name for k in KERNELS.values() if k.ablations] == ["wgmma_seesaw"]
-    assert set(VARIANTS) == {"full", "no_qk", "no_pv", "no_softmax", "no_loads", "no_mma", "loads_only"}
+    assert set(VARIANTS) == {
+        "full",
+        "no_qk",
+        "no_pv",
+        "no_softmax",
+        "no_loads",
+        "no_mma",
+        "loads_only",
+        "no_page_lookup",
+    }
     for name in ("no_qk", "no_mma", "loads_only"):
         f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": VARIANTS[name]})[spec.entry]
         assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, name
@@ -469,6 +478,9 @@ def test_ablation_switches_compile_and_drop_their_stage():
     # (ptxas keeps empty commit groups as null HGMMA.64x8x16 on RZ; the real shapes must be gone)
     assert set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", no_mma)) <= {"64x8x16"} and "LDGSTS" in no_mma
     assert no_loads.count("LDGSTS") < full.count("LDGSTS")  # the tiles' cp.async gone, Q's stays
+    no_pages = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_page_lookup"]})
+    ldg = lambda sass: len(re.findall(r"\bLDG\.", sass))  # noqa: E731
+    assert ldg(no_pages) < ldg(full) and no_pages.count("LDGSTS") == full.count("LDGSTS")
 
 
 def test_ablation_refuses_kernels_without_switches():

@@ -8,10 +8,10 @@ import torch
 
 from ..attention.registry import KERNELS
 
-__all__ = ["SKIP_QK", "SKIP_PV", "SKIP_SOFTMAX", "SKIP_LOADS", "VARIANTS", "ABLATION_SHAPES", "ablate"]
+__all__ = ["SKIP_QK", "SKIP_PV", "SKIP_SOFTMAX", "SKIP_LOADS", "SKIP_PAGES", "VARIANTS", "ABLATION_SHAPES", "ablate"]
 
 # tvsee::Skip in kernels/tree_verify_seesaw.cu
-SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS = 1, 2, 4, 8
+SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS, SKIP_PAGES = 1, 2, 4, 8, 16
 VARIANTS = {
     "full": 0,
     "no_qk": SKIP_QK,
@@ -20,6 +20,7 @@ VARIANTS = {
     "no_loads": SKIP_LOADS,
     "no_mma": SKIP_QK | SKIP_PV,
     "loads_only": SKIP_QK | SKIP_PV | SKIP_SOFTMAX,
+    "no_page_lookup": SKIP_PAGES,  # prefix token n from pool row n: the page table left unread
 }
 ABLATION_SHAPES = ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
 
