@@ -119,3 +119,12 @@ def test_recorded_variants_and_trace_tables():
     tr = analysis.trace_table(data.load_json("trace_seesaw_h200.json"))
     assert {"default", "TV_SKIP=7"} <= set(tr.index.get_level_values("build"))
     assert (tr["period"] > 0).all() and (tr["load_issue"] > 0).all()
+
+
+def test_recorded_ncu_comparison_table():
+    from specdiag import analysis, data
+
+    t = analysis.ncu_table(data.load_json("history/ncu_seesaw_flashmla_h200.json"))
+    assert set(t.index.get_level_values("kernel")) == {"seesaw", "flashmla"}
+    assert set(t.index.get_level_values("shape")) == {"32768x64x65", "185000x8x9"}
+    assert t.notna().all().all() and (t.cycles > 0).all()

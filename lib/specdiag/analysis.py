@@ -21,6 +21,8 @@ __all__ = [
     "variant_table",
     "variant_summary",
     "trace_table",
+    "NCU_FIELDS",
+    "ncu_table",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -258,3 +260,33 @@ def trace_table(doc: dict):
             | {k: round(v) for k, v in r["median_cycles"].items()}
         )
     return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "page_size", "build"])
+
+
+NCU_FIELDS = {  # column -> ncu metric (a value, or [value, unit])
+    "cycles": "Elapsed Cycles",
+    "us": "Duration",
+    "registers": "Registers Per Thread",
+    "instructions": "smsp__inst_executed.sum",
+    "smem_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "smem_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+    "issue_slots_busy_pct": "Issue Slots Busy",
+    "busiest_pipe_pct": "highest-utilized pipeline",
+}
+
+
+def ncu_table(doc: dict):
+    """An ncu comparison recording (data/history/ncu_seesaw_flashmla_h200.json): one row per kernel
+    and shape, the fields of ``NCU_FIELDS`` plus the busiest pipeline's name."""
+    import pandas as pd
+
+    rows = []
+    for r in doc["runs"]:
+        m = r["metrics"]
+        row = dict(kernel=r["kernel"], shape=r["shape"], grid="x".join(map(str, r["grid"])))
+        for col, name in NCU_FIELDS.items():
+            v = m.get(name)
+            row[col] = v[0] if isinstance(v, list) else v
+        pipe = m.get("highest-utilized pipeline")
+        row["busiest_pipe"] = pipe[1] if pipe else None
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["shape", "kernel"])
