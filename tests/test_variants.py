@@ -18,6 +18,17 @@ HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not 
 needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
 
 
+def test_check_switches_names_the_kernels_own_defines_only():
+    from specdiag.bench.variants import check_switches
+
+    check_switches("wgmma_seesaw", [{"TV_SKIP": 1}, {"TV_TRACE": 1}])
+    check_switches("mma_small", [{"TV_MMA_KEYS": 16}])
+    with pytest.raises(ValueError, match="TV_SKIPP is not a switch of kernels/tree_verify_seesaw.cu"):
+        check_switches("wgmma_seesaw", [{"TV_SKIPP": 1}])
+    with pytest.raises(ValueError, match="impl must be one of"):
+        check_switches("nope", [{"TV_SKIP": 1}])
+
+
 def test_parse_variants():
     assert parse_variants("TV_A=1; TV_A=2,TV_B=-3") == [{"TV_A": 1}, {"TV_A": 2, "TV_B": -3}]
     for bad in ("", ";", "TV_A", "TV_A=x", "1A=2", "TV_A=1,=2"):
@@ -32,6 +43,8 @@ def test_parse_variants():
         ["variants", "--defines", ""],
         ["trace", "--page-sizes", "1,x"],
         ["trace", "--shapes", "185000x8"],
+        ["trace", "--defines", "TV_SKIPP=1"],
+        ["variants", "--impl", "mma", "--defines", "TV_SKIP=1"],
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):

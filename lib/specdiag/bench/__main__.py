@@ -68,6 +68,13 @@ def main(argv=None) -> int:
         if shapes and any(len(s) != 3 for s in shapes):
             print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
             return 2
+        from .variants import check_switches
+
+        try:
+            check_switches("wgmma_seesaw" if a.mode == "trace" or a.impl == "auto" else a.impl, variants)
+        except ValueError as e:
+            print(f"bad --defines: {e}", file=sys.stderr)
+            return 2
     if not gpu_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to the recordings in data/)", file=sys.stderr)
         return 2

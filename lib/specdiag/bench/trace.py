@@ -13,8 +13,7 @@ TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deploym
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's use of the first three slots
 
-# interval name -> (from event, to event), both of the tile's owner, in the kernel's order of the
-# steps for the default build (TV_QK_FIRST=0)
+# interval name -> (from event, to event), both of the tile's owner, in the kernel's order of steps
 OWNER_INTERVALS = {
     "wait_other_p": ("top", "other_p"),  # (1): the other warpgroup's P (t - 1)
     "wait_part0": ("other_p", "part0"),  # (2): tile t's first part
@@ -76,7 +75,8 @@ def trace_seesaw(
 
     ptr, size = mod.get_global("tv_trace")
     raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
-    assert raw.nbytes == size, (raw.nbytes, size)
+    if raw.nbytes != size:
+        raise RuntimeError(f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES out of step")
     NativeTreeVerify(**rot.inputs(1), **opts).run()
     torch.cuda.synchronize()
     cuda.memset_d8(ptr, 0, size)

@@ -11,7 +11,7 @@ from ..attention import peers
 from ..attention.registry import KERNELS
 from ..cost import SOFTMAX_SCALE, attention_cost, rates
 
-__all__ = ["parse_variants", "IDENTITY_CASES", "VARIANT_SHAPES", "identity", "time_variants"]
+__all__ = ["parse_variants", "check_switches", "IDENTITY_CASES", "VARIANT_SHAPES", "identity", "time_variants"]
 
 # (prefix lengths, nodes, heads, page size): ragged batches, empty and partial tiles, odd pages
 IDENTITY_CASES = (
@@ -38,8 +38,25 @@ def parse_variants(text: str) -> list[dict[str, int]]:
             d[name] = int(value)
         out.append(d)
     if not out:
-        raise ValueError("no variants given (e.g. 'TV_QK_FIRST=1;TV_QK_FIRST=2')")
+        raise ValueError("no variants given (e.g. 'TV_SKIP=1;TV_SKIP=2')")
     return out
+
+
+def check_switches(impl: str, variants: list[dict]) -> None:
+    """Refuse a define the kernel's source (its headers pasted in) never names: nvcc would accept
+    it, and the "variant" would silently be the default build."""
+    import re
+
+    from .. import kernels
+
+    if impl not in KERNELS:
+        raise ValueError(f"impl must be one of {tuple(KERNELS)}, got {impl!r}")
+    src = KERNELS[impl].source
+    text = kernels.kernel_source(src)
+    for v in variants:
+        for name in v:
+            if not re.search(rf"\b{re.escape(name)}\b", text):
+                raise ValueError(f"{name} is not a switch of kernels/{src}.cu or its headers")
 
 
 def identity(impl: str, variants: list[dict], cases=IDENTITY_CASES, progress=print) -> list[dict]:
