@@ -37,6 +37,7 @@ check_files = {
     "mma_small": "native_check_mma_small_h200.json",
 }
 ablation_file = "native_ablation_h200.json"
+trace_file = "trace_seesaw_stages_h200.json"
 peers_file = "peers_h200.json"
 portable_file = "mma_small_h200.json"  # the kernel auto runs on sm_120, timed on the H200
 deployment_copy_tb_s = 1.79  # assumed: the deployment GPU's memory bandwidth (RTX PRO 6000 Blackwell spec sheet)
@@ -360,6 +361,46 @@ abl = data.measure_or_load(measure, ablation_file, run_ablation, available=lambd
 pd.DataFrame(abl["rows"]).pivot_table(
     index=["impl", "context", "heads", "nodes"], columns="variant", values="vs_full", sort=False
 ).round(2)
+
+# %% [markdown]
+# **Tile by tile.** A build of the seesaw kernel that timestamps each tile's steps in one CTA
+# (`TV_TRACE`, `python -m specdiag.bench trace`) shows where a tile's cycles go: how long each
+# math warpgroup waits for its tile to land, how long the loader takes to issue a tile's copies,
+# and the period between tiles. Here with one math stage left out at a time (`TV_SKIP` 1: Q K^T,
+# 2: P V, 4: the softmax, 3: both products).
+
+
+# %%
+def run_trace():
+    from specdiag.bench.trace import TRACE_SHAPES, trace_seesaw
+
+    shapes = TRACE_SHAPES[-1:] if smoke else TRACE_SHAPES
+    builds = ({}, {"TV_SKIP": 1}, {"TV_SKIP": 2}, {"TV_SKIP": 4}, {"TV_SKIP": 3})
+    return {"runs": [trace_seesaw(c, h, t, page_size=1, defines=d) for c, h, t in shapes for d in builds]}
+
+
+trc = data.measure_or_load(measure, trace_file, run_trace, available=lambda: hopper, needs="an sm_90 GPU")
+tt = analysis.trace_table(trc)
+stage = {"TV_SKIP=1": "Q K^T", "TV_SKIP=2": "P V", "TV_SKIP=4": "the softmax"}
+for (c, h, t, ps), g in tt.groupby(level=[0, 1, 2, 3]):
+    g = g.droplevel([0, 1, 2, 3])
+    one = g.period[[b for b in stage if b in g.index]]
+    turn = 2 * g.period["default"]  # each math warpgroup takes every other tile
+    print(
+        f"{c:,} tokens x {h} heads x {t} nodes: {g.period['default']:.0f} cycles a tile. Each math warpgroup "
+        f"waits {g.wait_part0['default']:.0f} of its {turn:.0f}-cycle turn for its tile's first part; the loader "
+        f"takes {g.load_issue['default']:.0f} to issue a tile's copies. Without {stage[one.idxmin()]} the period "
+        f"is {one.min():.0f}."
+    )
+tt[["period", "wait_part0", "load_issue", "load_to_all", "softmax"]]
+
+# %% [markdown]
+# The loads pace the kernel: each math warpgroup spends about half its turn waiting for its
+# tile. With many query rows the copies issue faster when a math stage is left out, most of all
+# Q K^T, whose operands are read from shared memory while the next tile is written there. At the
+# deployment's shape no single stage moves the period much: the page-size-1 rows from HBM pace it.
+# FlashMLA has the same design and keeps its loads ahead; `docs/kernel_notes.md` (thirteenth
+# session) lists the variants tried and what is left to try.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -55,9 +55,9 @@ def steps(tag: str, data: Path, models: bool = False) -> list[Step]:
         ),
         Step(
             "trace",
-            "the seesaw kernel's per-tile timeline, with and without its math (docs/kernel_notes.md)",
-            ("specdiag.bench", "trace", "--page-sizes", "1", "--defines", "TV_SKIP=7"),
-            f"trace_seesaw_{tag}.json",
+            "the seesaw kernel's per-tile timeline, one math stage left out at a time (05)",
+            ("specdiag.bench", "trace", "--page-sizes", "1", "--defines", "TV_SKIP=1;TV_SKIP=2;TV_SKIP=4;TV_SKIP=3"),
+            f"trace_seesaw_stages_{tag}.json",
         ),
         Step("engine", "the engine adapter (06)", ("specdiag.bench", "engine"), f"engine_{tag}.json"),
         Step("ablate", "stages left out (05)", ("specdiag.bench", "ablate"), f"native_ablation_{tag}.json"),
