@@ -289,12 +289,14 @@ def run_portable():
     return {"ceilings": timing.measure_ceilings(), "rows": rows}
 
 
-portable_doc = data.measure_or_load("never" if smoke else measure, portable_file, run_portable)
+portable_doc = data.measure_or_load(
+    "never" if smoke else measure, portable_file, run_portable, available=lambda: hopper, needs="an sm_90 GPU"
+)
 prt = data.sweep_frame(portable_doc)
 prt = prt[(prt.heads == heads) & (prt.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")
 prt = prt.rename(columns={sm120.label + "_ps1": sm120.name, "native_auto_ps1": "hopper_auto"})
 prt["x_hopper"] = prt[sm120.name] / prt["hopper_auto"]
-h200_sms = portable_doc["machine"].get("sm_count", 132)
+h200_sms = portable_doc["machine"]["sm_count"]
 prt["deployment_est"] = [
     postmortem.deployment_layer_ms(
         ms,

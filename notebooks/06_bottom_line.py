@@ -89,7 +89,9 @@ eng = data.measure_or_load(
 peers_doc = data.measure_or_load(
     measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
-portable_doc = data.measure_or_load(measure, portable_file, run_portable)
+portable_doc = data.measure_or_load(
+    measure, portable_file, run_portable, available=postmortem.on_h200_class_gpu, needs="an sm_90 GPU"
+)
 print(f"engine run: {data.provenance(eng)}; peers run: {data.provenance(peers_doc)}")
 print(f"sglang {eng['sglang']['version']} from {eng['sglang']['source']}")
 
@@ -161,7 +163,7 @@ print(
 # in its smallest variant, not the Hopper kernel of the sections above. Its H200 time (`data/`,
 # page size 1) is carried over by `specdiag.postmortem.deployment_layer_ms`: on the H200 it reads
 # far below the copy bandwidth, so its time follows the SMs (their count and an assumed per-SM
-# rate, `deployment_sms` and `deployment_sm_rate`), down to at most the deployment's bandwidth
+# rate, `deployment_sms` and `deployment_sm_rate`), and never below the deployment's bandwidth
 # floor (`deployment_copy_tb_s`, assumed). With no floor assumed for the rest (`rest_floor_ms`),
 # every step time below is a lower bound and every tokens-per-second figure an upper bound.
 
@@ -174,7 +176,7 @@ runs = data.sweep_frame(portable_doc)
 runs = runs[(runs.heads == heads) & (runs.nodes == nodes)]
 port = runs[runs.impl == sm120.label + "_ps1"]
 hopper = dict(zip(runs[runs.impl == "native_auto_ps1"].context, runs[runs.impl == "native_auto_ps1"].ms))
-h200_sms = portable_doc["machine"].get("sm_count", 132)
+h200_sms = portable_doc["machine"]["sm_count"]
 fix_ms = {
     int(r.context): postmortem.deployment_layer_ms(
         r.ms,

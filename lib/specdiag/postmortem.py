@@ -28,7 +28,7 @@ import pandas as pd
 from .analysis import INCIDENT
 from .cost import LAYERS
 
-__all__ = ["split_steps", "deployment_layer_ms", "fixed_steps"]
+__all__ = ["split_steps", "on_h200_class_gpu", "deployment_layer_ms", "fixed_steps"]
 
 
 def split_steps(
@@ -60,6 +60,14 @@ def split_steps(
     t["rest_ms"] = t.step_ms - t.attention_ms
     t["attention_share"] = t.attention_ms / t.step_ms
     return t, k
+
+
+def on_h200_class_gpu() -> bool:
+    """Whether this machine has an sm_90 GPU: the carry-over starts from an H200-class time, so
+    the notebooks measure the portable kernel live only there."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
 def deployment_layer_ms(
