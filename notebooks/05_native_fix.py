@@ -51,7 +51,7 @@ nodes = 9  # and tree nodes
 import pandas as pd
 import torch
 
-from specdiag import analysis, cost, data, plots
+from specdiag import analysis, cost, data, machine, plots
 from specdiag.attention import (
     make_verify_inputs,
     relative_error,
@@ -149,7 +149,7 @@ assert relative_error(o_split, o_full) < 1e-12
 # %%
 from specdiag.bench import checks
 
-hopper = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+hopper = machine.sm90_available()
 checked = {}
 for impl, f in check_files.items():
     available, needs = (
@@ -279,35 +279,13 @@ from specdiag import postmortem
 def run_portable():
     from specdiag.bench import timing
 
-    rows = timing.context_sweep(
-        contexts=(32768, 65536, headline_context),
-        heads=(heads,),
-        trees=(nodes,),
-        impls=(sm120.label + "_ps1", "native_auto_ps1"),
-        rep_ms=20,
-    )
-    return {"ceilings": timing.measure_ceilings(), "rows": rows}
+    return timing.portable_sweep((32768, 65536, headline_context), heads, nodes)
 
 
 portable_doc = data.measure_or_load(
     "never" if smoke else measure, portable_file, run_portable, available=lambda: hopper, needs="an sm_90 GPU"
 )
-prt = data.sweep_frame(portable_doc)
-prt = prt[(prt.heads == heads) & (prt.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")
-prt = prt.rename(columns={sm120.label + "_ps1": sm120.name, "native_auto_ps1": "hopper_auto"})
-prt["x_hopper"] = prt[sm120.name] / prt["hopper_auto"]
-h200_sms = portable_doc["machine"]["sm_count"]
-prt["deployment_est"] = [
-    postmortem.deployment_layer_ms(
-        ms,
-        cost.attention_cost(int(c), nodes, heads)["kv_bytes"],
-        h200_sms,
-        deployment_sms,
-        deployment_copy_tb_s,
-        deployment_sm_rate,
-    )
-    for c, ms in prt[sm120.name].items()
-]
+prt = postmortem.portable_table(portable_doc, heads, nodes, deployment_sms, deployment_copy_tb_s, deployment_sm_rate)
 print(
     f"{data.provenance(portable_doc)}; ms per layer; deployment_est: {deployment_sms} SMs at "
     f"{deployment_sm_rate:g}x an H200 SM's rate, {deployment_copy_tb_s} TB/s (assumed)"

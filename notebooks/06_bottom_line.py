@@ -41,7 +41,7 @@ rest_floor_ms = 0.0  # assumed least non-attention time per step (MoE, dense lay
 # %%
 import pandas as pd
 
-from specdiag import data, postmortem
+from specdiag import data, machine, postmortem
 
 
 def run_engine():
@@ -67,18 +67,9 @@ def run_peers():
 
 def run_portable():
     from specdiag.analysis import INCIDENT
-    from specdiag.attention.registry import KERNELS, auto_kernel
     from specdiag.bench import timing
 
-    label = KERNELS[auto_kernel((12, 0), heads * nodes)].label + "_ps1"
-    rows = timing.context_sweep(
-        contexts=sorted(INCIDENT["step_ms"]),
-        heads=(heads,),
-        trees=(nodes,),
-        impls=(label, "native_auto_ps1"),
-        rep_ms=20,
-    )
-    return {"ceilings": timing.measure_ceilings(), "rows": rows}
+    return timing.portable_sweep(sorted(INCIDENT["step_ms"]), heads, nodes)
 
 
 from specdiag.attention.peers import sglang_runs_here
@@ -90,7 +81,7 @@ peers_doc = data.measure_or_load(
     measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
 portable_doc = data.measure_or_load(
-    measure, portable_file, run_portable, available=postmortem.on_h200_class_gpu, needs="an sm_90 GPU"
+    measure, portable_file, run_portable, available=machine.sm90_available, needs="an sm_90 GPU"
 )
 print(f"engine run: {data.provenance(eng)}; peers run: {data.provenance(peers_doc)}")
 print(f"sglang {eng['sglang']['version']} from {eng['sglang']['source']}")
@@ -169,32 +160,19 @@ print(
 
 # %%
 from specdiag.attention.registry import KERNELS, auto_kernel
-from specdiag.cost import attention_cost
 
 sm120 = KERNELS[auto_kernel((12, 0), heads * nodes)]
-runs = data.sweep_frame(portable_doc)
-runs = runs[(runs.heads == heads) & (runs.nodes == nodes)]
-port = runs[runs.impl == sm120.label + "_ps1"]
-hopper = dict(zip(runs[runs.impl == "native_auto_ps1"].context, runs[runs.impl == "native_auto_ps1"].ms))
-h200_sms = portable_doc["machine"]["sm_count"]
-fix_ms = {
-    int(r.context): postmortem.deployment_layer_ms(
-        r.ms,
-        attention_cost(int(r.context), nodes, heads)["kv_bytes"],
-        h200_sms,
-        deployment_sms,
-        deployment_copy_tb_s,
-        deployment_sm_rate,
-    )
-    for r in port.itertuples()
-}
-for c, ms in sorted(fix_ms.items()):
-    h = float(port[port.context == c].ms.iloc[0])
+prt = postmortem.portable_table(portable_doc, heads, nodes, deployment_sms, deployment_copy_tb_s, deployment_sm_rate)
+fix_ms = {int(c): ms for c, ms in prt.deployment_est.items()}
+for c, r in prt.iterrows():
     print(
-        f"{c:,} tokens: {sm120.name} on the H200 {h:.3f} ms/layer ({h / hopper[c]:.1f}x the Hopper kernel, same run), "
-        f"on the deployment's GPUs ~{ms:.3f} ms/layer (estimate)"
+        f"{c:,} tokens: {sm120.name} on the H200 {r[sm120.name]:.3f} ms/layer ({r.x_hopper:.1f}x the Hopper kernel, "
+        f"same run), on the deployment's GPUs ~{r.deployment_est:.3f} ms/layer (estimate)"
     )
-print(f"portable run: {data.provenance(portable_doc)}; H200 SMs {h200_sms}, deployment SMs {deployment_sms} (assumed)")
+print(
+    f"portable run: {data.provenance(portable_doc)}; H200 SMs {portable_doc['machine']['sm_count']}, "
+    f"deployment SMs {deployment_sms} (assumed)"
+)
 readings = {
     "reading 1": postmortem.fixed_steps(split1, fix_ms, commits=commits),
     "reading 2": postmortem.fixed_steps(split2, fix_ms, commits=commits),

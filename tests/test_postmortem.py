@@ -57,3 +57,17 @@ def test_notebooks_05_and_06_assume_the_same_deployment_gpu():
     p06 = notebook_parameters(next(nbs.glob("06_*.py")))
     keys = ("portable_file", "deployment_copy_tb_s", "deployment_sms", "deployment_sm_rate")
     assert {k: p05[k] for k in keys} == {k: p06[k] for k in keys}
+
+
+def test_portable_table_reads_the_recorded_sweep():
+    """The sm_120 kernel's H200 times beside the Hopper kernel's from data/mma_small_h200.json, and
+    each estimate equal to deployment_layer_ms of its row."""
+    from specdiag import data
+    from specdiag.cost import attention_cost
+
+    doc = data.load_json("mma_small_h200.json")
+    t = postmortem.portable_table(doc, 8, 9, 188, 1.79)
+    assert list(t.index) == [32768, 65536, 185000] and (t.x_hopper > 1).all()
+    for c, r in t.iterrows():
+        kv = attention_cost(c, 9, 8)["kv_bytes"]
+        assert r.deployment_est == pytest.approx(postmortem.deployment_layer_ms(r.mma_small, kv, 132, 188, 1.79))

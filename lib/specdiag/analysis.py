@@ -204,6 +204,11 @@ def results_markdown(peers_doc: dict, shape=PEER_TARGETS["deployment"], layers: 
     return "\n".join(lines)
 
 
+def _build(defines: dict, default: str = "default") -> str:
+    """A build's name from its -D switches: 'A=1,B=2', or ``default`` for none."""
+    return ",".join(f"{k}={v}" for k, v in sorted(defines.items())) or default
+
+
 def variant_table(doc: dict):
     """A variants recording (``python -m specdiag.bench variants``) as one row per shape and page
     size: the default build's time, each variant's time over it, and FlashMLA's prefix call (page
@@ -211,10 +216,7 @@ def variant_table(doc: dict):
     import pandas as pd
 
     rows = pd.DataFrame(doc["rows"])
-    rows["build"] = [
-        ",".join(f"{k}={v}" for k, v in sorted(d.items())) or ("default" if i != "flashmla" else "flashmla")
-        for i, d in zip(rows.impl, rows.defines)
-    ]
+    rows["build"] = [_build(d, "flashmla" if i == "flashmla" else "default") for i, d in zip(rows.impl, rows.defines)]
     keys = ["context", "heads", "nodes"]
     ours = rows[rows.impl != "flashmla"].pivot_table(index=[*keys, "page_size"], columns="build", values="ms")
     out = pd.DataFrame({"default_us": ours["default"] * 1e3})
@@ -241,7 +243,7 @@ def variant_summary(doc: dict) -> list[str]:
             parts.append(f"page size {ps}: {r.min():.2f}x to {r.max():.2f}x (median {r.median():.2f}x)")
         same = ""
         if len(ident):
-            mine = ident[[",".join(f"{k}={v}" for k, v in sorted(d.items())) == build for d in ident.defines]]
+            mine = ident[[_build(d) == build for d in ident.defines]]
             same = f"; bit-identical in {int(mine.bit_identical.sum())} of {len(mine)} cases"
         lines.append(f"{build} / default: " + ", ".join(parts) + same)
     return lines
@@ -254,7 +256,7 @@ def trace_table(doc: dict):
 
     rows = []
     for r in doc["runs"]:
-        build = ",".join(f"{k}={v}" for k, v in sorted(r["defines"].items()) if k != "TV_TRACE") or "default"
+        build = _build({k: v for k, v in r["defines"].items() if k != "TV_TRACE"})
         rows.append(
             dict(context=r["context"], heads=r["heads"], nodes=r["nodes"], page_size=r["page_size"], build=build)
             | {k: round(v) for k, v in r["median_cycles"].items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import platform
 
-__all__ = ["gpu_available", "machine_metadata", "describe_machine"]
+__all__ = ["gpu_available", "sm90_available", "machine_metadata", "describe_machine"]
 
 
 def gpu_available() -> bool:
@@ -15,6 +15,15 @@ def gpu_available() -> bool:
         return torch.cuda.is_available()
     except ImportError:
         return False
+
+
+def sm90_available() -> bool:
+    """Whether torch sees an sm_90 (Hopper) GPU: the Hopper kernels run only there."""
+    if not gpu_available():
+        return False
+    import torch
+
+    return torch.cuda.get_device_capability() == (9, 0)
 
 
 def machine_metadata() -> dict:

@@ -28,7 +28,7 @@ import pandas as pd
 from .analysis import INCIDENT
 from .cost import LAYERS
 
-__all__ = ["split_steps", "on_h200_class_gpu", "deployment_layer_ms", "fixed_steps"]
+__all__ = ["split_steps", "deployment_layer_ms", "portable_table", "fixed_steps"]
 
 
 def split_steps(
@@ -62,14 +62,6 @@ def split_steps(
     return t, k
 
 
-def on_h200_class_gpu() -> bool:
-    """Whether this machine has an sm_90 GPU: the carry-over starts from an H200-class time, so
-    the notebooks measure the portable kernel live only there."""
-    import torch
-
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
 def deployment_layer_ms(
     h200_ms: float,
     kv_bytes: float,
@@ -84,6 +76,32 @@ def deployment_layer_ms(
     if min(h200_ms, h200_sms, deployment_sms, deployment_copy_tb_s, sm_rate) <= 0:
         raise ValueError("times, SM counts, bandwidth and rate must be > 0")
     return max(h200_ms * h200_sms / (deployment_sms * sm_rate), kv_bytes / (deployment_copy_tb_s * 1e12) * 1e3)
+
+
+def portable_table(
+    doc: dict, heads: int, nodes: int, deployment_sms: int, deployment_copy_tb_s: float, sm_rate: float = 1.0
+) -> pd.DataFrame:
+    """The kernel ``auto`` runs on sm_120, from a sweep recorded on an H200 beside the Hopper kernel
+    (``bench.timing.portable_sweep``): per context its H200 ms per layer, ``x_hopper`` (over the
+    Hopper kernel's, same run) and ``deployment_est`` (``deployment_layer_ms``)."""
+    from .attention.registry import KERNELS, auto_kernel
+    from .cost import attention_cost
+    from .data import sweep_frame
+
+    name = KERNELS[auto_kernel((12, 0), heads * nodes)]
+    rows = sweep_frame(doc)
+    rows = rows[(rows.heads == heads) & (rows.nodes == nodes)]
+    t = rows.pivot_table(index="context", columns="impl", values="ms")
+    t = t.rename(columns={name.label + "_ps1": name.name, "native_auto_ps1": "hopper_auto"})[[name.name, "hopper_auto"]]
+    t["x_hopper"] = t[name.name] / t["hopper_auto"]
+    sms = doc["machine"]["sm_count"]
+    t["deployment_est"] = [
+        deployment_layer_ms(
+            ms, attention_cost(int(c), nodes, heads)["kv_bytes"], sms, deployment_sms, deployment_copy_tb_s, sm_rate
+        )
+        for c, ms in t[name.name].items()
+    ]
+    return t
 
 
 def fixed_steps(

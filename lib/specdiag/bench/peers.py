@@ -16,7 +16,7 @@ from ..attention import peers, relative_error
 from ..cost import SOFTMAX_SCALE, attention_cost, rates
 from .timing import Rotation, time_rotating
 
-__all__ = ["PEER_IMPLS", "PEER_CONTEXTS", "PEER_SHAPES", "missing_peers", "peer_sweep"]
+__all__ = ["PEER_IMPLS", "PEER_CONTEXTS", "PEER_SHAPES", "missing_peers", "peer_calls", "peer_sweep"]
 
 PEER_IMPLS = {  # name -> KV page size
     "native": 1,
@@ -45,7 +45,7 @@ def missing_peers(impls) -> dict[str, str]:
     return out
 
 
-def _calls(impl: str, rot: Rotation) -> tuple[list, dict]:
+def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
     """One prepared call per rotation set, and what to record about it."""
     sets = [rot.inputs(i) for i in range(rot.n)]
     if impl.startswith("native"):
@@ -90,7 +90,7 @@ def peer_sweep(
                 anchor = None  # ours on the first input set: every whole verify must agree with it
                 for impl in sorted(run, key=lambda i: not i.startswith("native")):
                     t0 = time.time()
-                    calls, extra = _calls(impl, rot)
+                    calls, extra = peer_calls(impl, rot)
                     ms = time_rotating(calls, rep_ms)
                     out = calls[0]()[0].float()
                     if anchor is None:

@@ -25,6 +25,7 @@ __all__ = [
     "Rotation",
     "time_rotating",
     "context_sweep",
+    "portable_sweep",
     "tune",
 ]
 
@@ -201,6 +202,18 @@ def context_sweep(
                         f"TB/s  {row['tflop_s']:.1f} TFLOP/s  ({time.time() - t0:.1f}s)"
                     )
     return rows
+
+
+def portable_sweep(contexts, heads: int, nodes: int, rep_ms: float = 20.0) -> dict:
+    """The kernel ``auto`` runs on sm_120 beside this GPU's own pick, page size 1: the sweep
+    ``postmortem.portable_table`` reads (notebooks 05 and 06)."""
+    from ..attention.registry import auto_kernel
+
+    label = KERNELS[auto_kernel((12, 0), heads * nodes)].label + "_ps1"
+    rows = context_sweep(
+        contexts=tuple(contexts), heads=(heads,), trees=(nodes,), impls=(label, "native_auto_ps1"), rep_ms=rep_ms
+    )
+    return {"ceilings": measure_ceilings(), "rows": rows}
 
 
 def tune(

@@ -94,10 +94,10 @@ def time_variants(
 ) -> list[dict]:
     """Rows of ``impl, defines, context, heads, nodes, page_size, ms`` for the default build and each
     variant, and FlashMLA's prefix call (page size 64) on the same shapes where it is installed."""
+    from .peers import peer_calls
     from .timing import Rotation, time_rotating
 
-    if impl not in KERNELS:
-        raise ValueError(f"impl must be one of {tuple(KERNELS)}, got {impl!r}")
+    check_switches(impl, variants)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for ctx, heads, nodes in shapes:
@@ -125,11 +125,7 @@ def time_variants(
                     progress(f"{impl} {v} ctx={ctx} H={heads} T={nodes} ps={ps}: {ms * 1e3:.1f} us")
                     del ops
             if ps == 64 and not peers.flashmla_missing():
-                keep = ("q", "kv_pool", "page_table", "prefix_lens")
-                calls = [
-                    peers.FlashMLAPrefix(**{k: rot.inputs(i)[k] for k in keep}, scale=SOFTMAX_SCALE).run
-                    for i in range(rot.n)
-                ]
+                calls, _ = peer_calls("flashmla", rot)
                 ms = time_rotating(calls, rep_ms)
                 rows.append(
                     dict(
