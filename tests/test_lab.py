@@ -42,6 +42,27 @@ def _wait_http(url: str, seconds: float) -> None:
     raise TimeoutError(f"{url} did not answer in {seconds} s")
 
 
+def _sessions(port: int, notebook: str) -> list[str]:
+    """The execution state of each kernel the server holds for `notebook`."""
+    import json
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/sessions", timeout=5) as r:
+        sessions = json.load(r)
+    return [s["kernel"]["execution_state"] for s in sessions if s["path"].endswith(notebook)]
+
+
+def _wait_kernel_idle(port: int, notebook: str, seconds: float, log: Path) -> None:
+    end = time.time() + seconds
+    states: list[str] = []
+    while time.time() < end:
+        states = _sessions(port, notebook)
+        if "idle" in states:
+            return
+        time.sleep(0.5)
+    tail = log.read_text()[-1500:]
+    raise AssertionError(f"no idle kernel for {notebook} in {seconds} s: {states}; server log ends: {tail}")
+
+
 def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_figure(tmp_path):
     from selenium import webdriver
     from selenium.webdriver.common.by import By
@@ -68,13 +89,15 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
     (tmp_path / "cfg" / "labconfig" / "default_setting_overrides.json").write_text(
         '{"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}'
     )
-    lab = subprocess.Popen(
-        [
-            sys.executable, "-m", "specdiag.cli", "lab", str(books), "--no-browser", f"--port={port}",
-            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1", "--allow-root",
-        ],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    log = tmp_path / "lab.log"  # a file, not a pipe: a pipe nobody reads fills up and stalls the server
+    with log.open("w") as out:
+        lab = subprocess.Popen(
+            [
+                sys.executable, "-m", "specdiag.cli", "lab", str(books), "--no-browser", f"--port={port}",
+                "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1", "--allow-root",
+            ],
+            env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
@@ -87,18 +110,32 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
         wait = WebDriverWait(driver, 90)
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Notebook .jp-Cell")))
         assert not driver.find_elements(By.CSS_SELECTOR, ".jp-FileEditor"), "opened as a text file"
+        # Run All Cells is a no-op until the notebook has its kernel: wait for the session to be idle
+        _wait_kernel_idle(port, NOTEBOOK, 120, log)
         run_menu = "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"
         wait.until(ec.element_to_be_clickable((By.XPATH, run_menu))).click()
-        run_all = "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"
+        run_all = "//li[contains(@class,'lm-Menu-item') and not(contains(@class,'lm-mod-disabled'))]"
+        run_all += "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"
         wait.until(ec.element_to_be_clickable((By.XPATH, run_all))).click()
         found = {"figure": ".jp-OutputArea-output img", "widget": ".jp-OutputArea-output .widget-dropdown select"}
-        try:
-            WebDriverWait(driver, 180).until(lambda d: all(d.find_elements(By.CSS_SELECTOR, c) for c in found.values()))
+        error = ".jp-OutputArea-output[data-mime-type*='error']"
+        try:  # generous: a CI run found nothing after 180 s once (cause unknown); an error output ends the wait
+            WebDriverWait(driver, 300).until(
+                lambda d: (
+                    d.find_elements(By.CSS_SELECTOR, error)
+                    or all(d.find_elements(By.CSS_SELECTOR, c) for c in found.values())
+                )
+            )
         except Exception:
             seen = {k: len(driver.find_elements(By.CSS_SELECTOR, c)) for k, c in found.items()}
-            raise AssertionError(f"after Run All Cells the page holds {seen}") from None
-        errors = driver.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type*='error']")
+            prompts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell .jp-InputPrompt")]
+            raise AssertionError(
+                f"after Run All Cells the page holds {seen}; prompts {prompts[:8]}; "
+                f"kernels {_sessions(port, NOTEBOOK)}; server log ends: {log.read_text()[-1500:]}"
+            ) from None
+        errors = driver.find_elements(By.CSS_SELECTOR, error)
         assert not errors, errors[0].text[:500]
+        assert all(driver.find_elements(By.CSS_SELECTOR, c) for c in found.values())
     except Exception:
         if driver is not None:
             driver.save_screenshot(str(tmp_path / "lab.png"))
