@@ -33,11 +33,8 @@
 #ifndef TV_TRACE
 #define TV_TRACE 0
 #endif
-#ifndef TV_PREFETCH
-#define TV_PREFETCH 0  // the loader asks L2 for a prefix tile's rows this many tiles before its copies
-#endif
-#ifndef TV_PREFETCH_LINES
-#define TV_PREFETCH_LINES 0  // 1: per-thread 128-byte line prefetches instead of one bulk prefetch per row
+#ifndef TV_L2_PREFETCH
+#define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
 
 namespace tvsee {
@@ -177,41 +174,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
-              if constexpr (runs(kSkipLoads)) cp_async16(stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk), src[i] + chunk * 8, bytes[i]);
+              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
+              if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
           cp_async_mbar_arrive(full(tile, part));
         }
       };
-      // tile `tile`'s prefix rows from HBM into L2, so that its copies wait on L2: thread t < BN
-      // prefetches row t in one bulk prefetch, or (TV_PREFETCH_LINES) each thread the 128-byte lines
-      // t % 8 (and 8) of its cp.async rows
-      auto prefetch_tile = [&](int tile) {
-        if (TV_PREFETCH == 0 || w.is_tree || tile >= n) return;
-        auto row_src = [&](int tok) {
-          const int pg1 = runs(kSkipPages) ? tvc::key_page(p, w, tok, b) : tvc::page_of(p, tok);
-          const __nv_bfloat16* src;
-          int bytes;
-          tvc::key_row_in(p, w, tok, pg1, b, src, bytes);
-          return src;
-        };
-        if constexpr (TV_PREFETCH_LINES) {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) {
-            const int tok = (w.tile_begin + tile) * BN + load_row<WG>(t, i);
-            if (tok < w.kv_len) {
-              const __nv_bfloat16* src = row_src(tok);
-              prefetch_line_l2(src + (t & 7) * 64);
-              if ((t & 7) == 0) prefetch_line_l2(src + 8 * 64);
-            }
-          }
-        } else {
-          const int tok = (w.tile_begin + tile) * BN + t;
-          if (t < BN && tok < w.kv_len) prefetch_l2(row_src(tok), D * 2);
-        }
-      };
       load_q<BM, WG>(p, sQ, t, b, row0);
-#pragma unroll
-      for (int k = 2; k < 2 + TV_PREFETCH; ++k) prefetch_tile(k);
       int pg[ROWS_T];
       pages_of(0, pg);
       load_tile(0, pg);
@@ -220,7 +189,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         load_tile(1, pg);
       }
       for (int j = 0; j + 2 < n; ++j) {
-        prefetch_tile(j + 2 + TV_PREFETCH);
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate

@@ -64,12 +64,15 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// bulk prefetch of `bytes` (a multiple of 16) from 16-byte-aligned global `src` into L2
-__device__ __forceinline__ void prefetch_l2(const void* src, int bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+// cp_async16 whose L2 miss fetches PF bytes (64, 128 or 256) around `src` from DRAM; 0: cp_async16
+template <int PF>
+__device__ __forceinline__ void cp_async16_l2pf(uint32_t dst, const void* src, int src_bytes) {
+  static_assert(PF == 0 || PF == 64 || PF == 128 || PF == 256, "L2 prefetch sizes: 64, 128, 256 bytes");
+  if constexpr (PF == 0) cp_async16(dst, src, src_bytes);
+  if constexpr (PF == 64) asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  if constexpr (PF == 128) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  if constexpr (PF == 256) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// prefetch of the 128-byte line holding global `src` into L2
-__device__ __forceinline__ void prefetch_line_l2(const void* src) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

@@ -94,6 +94,22 @@ def test_traced_build_records_the_clock_and_the_default_build_does_not():
     assert "SR_CLOCKLO" not in kernels.sass(spec.source)
 
 
+@needs_sass
+def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
+    """TV_L2_PREFETCH=256: the 108 key-tile cp.async carry the L2 prefetch size, Q's 36 do not,
+    and the default build has it on none."""
+    spec = KERNELS["wgmma_seesaw"]
+    f = kernels.nvcc_check(spec.source, defines={"TV_L2_PREFETCH": 256})[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+
+    def copies(text):
+        ops = [op for ln in text.splitlines() for op in ln.split() if op.startswith("LDGSTS.E")]
+        return sum(".LTC256B" in op for op in ops), sum(".LTC256B" not in op for op in ops)
+
+    assert copies(kernels.sass(spec.source, defines={"TV_L2_PREFETCH": 256})) == (108, 36)
+    assert copies(kernels.sass(spec.source)) == (0, 144)
+
+
 @pytest.mark.gpu
 def test_trace_and_variants_on_the_gpu():
     """The traced build's output is the default build's bit for bit, and its timeline is whole:
@@ -129,6 +145,11 @@ def test_recorded_variants_and_trace_tables():
     assert all(r["bit_identical"] for r in doc["identity"])
     lines = analysis.variant_summary(doc)
     assert len(lines) == len(table.columns) - 2 and all("bit-identical in 7 of 7" in ln for ln in lines)
+    pf = data.load_json("history/seesaw_prefetch_variants_h200.json")  # the fourteenth session's L2 prefetches
+    assert all(r["bit_identical"] for r in pf["identity"]) and len(pf["identity"]) == 14
+    assert set(analysis.variant_table(pf).columns) == {
+        "default_us", "TV_PREFETCH=1", "TV_PREFETCH=1,TV_PREFETCH_LINES=1", "flashmla/default"
+    }  # fmt: skip
     tr = analysis.trace_table(data.load_json("trace_seesaw_h200.json"))
     assert {"default", "TV_SKIP=7"} <= set(tr.index.get_level_values("build"))
     assert (tr["period"] > 0).all() and (tr["load_issue"] > 0).all()
