@@ -381,6 +381,19 @@ tt[["period", "wait_part0", "load_issue", "load_to_all", "softmax"]]
 # deployment's shape no single stage moves the period much: the page-size-1 rows from HBM pace it.
 # FlashMLA has the same design and keeps its loads ahead; `docs/kernel_notes.md` (thirteenth
 # session) lists the variants tried and what is left to try.
+#
+# **Would asking L2 for the rows ahead help?** Two builds had the loader prefetch the tile after
+# next into L2 (one bulk prefetch per row, or 128-byte lines per thread). Both were measured beside
+# the default build and FlashMLA in one run (recorded, not re-measured here):
+
+# %%
+for line in analysis.variant_summary(data.load_json("history/seesaw_prefetch_variants_h200.json")):
+    print(line)
+
+# %% [markdown]
+# Both are slower at every shape, including 32k, whose prefix already sits in L2: what the loader
+# adds before a tile's copies costs the whole kernel. The fourteenth session's notes say why, and
+# what FlashMLA's token-gathering decode kernel does instead.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
