@@ -96,8 +96,8 @@ def test_traced_build_records_the_clock_and_the_default_build_does_not():
 
 @needs_sass
 def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
-    """TV_L2_PREFETCH=256: the 108 key-tile cp.async carry the L2 prefetch size, Q's 36 do not,
-    and the default build has it on none."""
+    """TV_L2_PREFETCH=256 puts the L2 prefetch size on every key-tile copy (36 LDGSTS per inlined
+    tile load) and on none of Q's 36; the default build has it nowhere."""
     spec = KERNELS["wgmma_seesaw"]
     f = kernels.nvcc_check(spec.source, defines={"TV_L2_PREFETCH": 256})[spec.entry]
     assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
@@ -106,8 +106,9 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
         ops = [op for ln in text.splitlines() for op in ln.split() if op.startswith("LDGSTS.E")]
         return sum(".LTC256B" in op for op in ops), sum(".LTC256B" not in op for op in ops)
 
-    assert copies(kernels.sass(spec.source, defines={"TV_L2_PREFETCH": 256})) == (108, 36)
-    assert copies(kernels.sass(spec.source)) == (0, 144)
+    tiles, q = copies(kernels.sass(spec.source, defines={"TV_L2_PREFETCH": 256}))
+    assert tiles > 0 and tiles % 36 == 0 and q == 36
+    assert copies(kernels.sass(spec.source)) == (0, tiles + q)
 
 
 @pytest.mark.gpu
