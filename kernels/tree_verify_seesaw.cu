@@ -92,7 +92,8 @@ struct Const {
 };
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
-// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2), in tv_trace.
+// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2), in tv_trace; row
+// TRACE_TILES holds each warpgroup's whole-kernel events (KernelEvent).
 constexpr int TRACE_TILES = 128;
 enum Event : int {
   kTop = 0,       // math: loop top, our P V (t - 2) done | loader: before waiting for tile t's stage
@@ -103,14 +104,24 @@ enum Event : int {
   kPArrived = 5,  // math: P (t) handed over
   kPVIssued = 6,  // math: P V (t) issued
 };
+enum KernelEvent : int {
+  kEntry = 0,    // all: the kernel starts
+  kLoopEnd = 1,  // math: its last P V done, the epilogue starts | loader: its last copies issued
+  kDone = 2,     // math: its partial rows written | loader: its copies landed
+};
 #if TV_TRACE
-extern "C" __device__ unsigned long long tv_trace[3][TRACE_TILES][8];
-__device__ unsigned long long tv_trace[3][TRACE_TILES][8];
+extern "C" __device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
+__device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
 #endif
 __device__ __forceinline__ void trace(int who, int t, Event e) {
 #if TV_TRACE
   if ((threadIdx.x & 127) == 0 && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0)
     tv_trace[who][t][e] = clock64();
+#endif
+}
+__device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
+#if TV_TRACE
+  if ((threadIdx.x & 127) == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) tv_trace[who][TRACE_TILES][e] = clock64();
 #endif
 }
 
@@ -133,6 +144,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const int row0 = blockIdx.x * BM;
   const int split = blockIdx.y, b = blockIdx.z;
 
+  trace_kernel(wg, kEntry);
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
@@ -198,7 +210,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
       }
+      trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
+      trace_kernel(2, kDone);
     }
     return;
   }
@@ -343,6 +357,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 
   // ---- epilogue: the whole row sums (both warpgroups' tiles), normalised partial output and its
   // lse (natural log); an empty split: m = -inf, l = 0 ----
+  trace_kernel(c, kLoopEnd);
   tvc::quad_sum_rows(l_r);
   if (t4 == 0) {  // (m_r is the same in both warpgroups: the max after the last tile)
     sm.sum[c][wr + g] = l_r[0];
@@ -353,6 +368,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   l_r[0] += other[0];
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+  trace_kernel(c, kDone);
 }
 
 }  // namespace tvsee

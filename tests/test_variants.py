@@ -11,7 +11,7 @@ import pytest
 from specdiag import kernels
 from specdiag.attention.registry import KERNELS
 from specdiag.bench.__main__ import main as bench_main
-from specdiag.bench.trace import EVENTS, TRACE_TILES, intervals, summarize
+from specdiag.bench.trace import EVENTS, KERNEL_EVENTS, TRACE_TILES, intervals, phases, summarize
 from specdiag.bench.variants import parse_variants
 
 HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not None
@@ -77,6 +77,19 @@ def test_trace_intervals_follow_the_owner_of_each_tile():
     assert len(EVENTS) == len(offsets)
 
 
+def test_trace_phases_split_the_kernel_at_its_first_tile_and_its_epilogue():
+    row = np.zeros((3, 8), dtype=np.uint64)
+    row[:, 0] = [1000, 1010, 990]  # entry: math 0, math 1, loader
+    row[:, 1] = [50_000, 50_400, 48_000]  # loop end
+    row[:, 2] = [53_000, 53_100, 49_000]  # done
+    ph = phases(row, first_part0=4_000.0)
+    assert ph == {"prologue": 3010, "loop": 46_400, "epilogue": 2_700, "total": 52_110}
+    row[1, 1:] = 0  # a warpgroup's events missing: the other's stand
+    assert phases(row, 4_000.0)["epilogue"] == 53_000 - 50_000
+    assert np.isnan(phases(np.zeros((3, 8), dtype=np.uint64), 4_000.0)["total"])
+    assert len(KERNEL_EVENTS) == 3
+
+
 def test_trace_intervals_leave_missing_events_out():
     raw = _synthetic(10, 3000, [0, 110, 3500, 4700, 5300, 6300, 6530], [-4000, -3960, -1000])
     raw[1, :, EVENTS.index("p_arrived")] = 0  # the odd tiles lose an event
@@ -131,6 +144,10 @@ def test_trace_and_variants_on_the_gpu():
     own = ev[np.arange(r["tiles"]) % 2, np.arange(r["tiles"])]
     steady = own[2 : r["tiles"] - 2]
     assert (steady > 0).all() and (np.diff(steady[:, 2:], axis=1) >= 0).all()  # part0 <= ... <= pv_issued
+    ph = r["phases"]  # the whole kernel: start, first tile, loop, epilogue, in that order
+    assert all(ph[k] > 0 for k in ("prologue", "loop", "epilogue")) and ph["total"] >= ph["prologue"] + ph["loop"]
+    entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
+    assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
 
 
 def test_recorded_variants_and_trace_tables():

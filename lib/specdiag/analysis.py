@@ -251,7 +251,10 @@ def variant_summary(doc: dict) -> list[str]:
 
 def trace_table(doc: dict):
     """A trace recording (``python -m specdiag.bench trace``): the median cycles of each interval,
-    one row per shape, page size and build."""
+    one row per shape, page size and build, and the whole-kernel phases where the recording has
+    them (``bench.trace.phases``; missing in recordings from before they were traced)."""
+    import math
+
     import pandas as pd
 
     rows = []
@@ -260,6 +263,7 @@ def trace_table(doc: dict):
         rows.append(
             dict(context=r["context"], heads=r["heads"], nodes=r["nodes"], page_size=r["page_size"], build=build)
             | {k: round(v) for k, v in r["median_cycles"].items()}
+            | {k: round(v) if math.isfinite(v) else v for k, v in r.get("phases", {}).items()}
         )
     return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "page_size", "build"])
 

@@ -132,7 +132,8 @@ def main(argv=None) -> int:
                     r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
                     runs.append(r)
                     med = {k: round(x) for k, x in r["median_cycles"].items()}
-                    print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med}")
+                    ph = {k: round(x) if x == x else x for k, x in r["phases"].items()}
+                    print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} phases {ph}")
         save(a.out, "trace", {"runs": runs})
         return 0
     ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TRACE_TILES", "TRACE_SHAPES", "EVENTS", "LOADER_EVENTS", "intervals", "summarize", "trace_seesaw"]
+__all__ = [
+    "TRACE_TILES",
+    "TRACE_SHAPES",
+    "EVENTS",
+    "LOADER_EVENTS",
+    "KERNEL_EVENTS",
+    "intervals",
+    "phases",
+    "summarize",
+    "trace_seesaw",
+]
 
-TRACE_TILES = 128  # tvsee::TRACE_TILES
+TRACE_TILES = 128  # tvsee::TRACE_TILES; the buffer has one more row, the whole-kernel events
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's use of the first three slots
+KERNEL_EVENTS = ("entry", "loop_end", "done")  # tvsee::KernelEvent, in row TRACE_TILES
 
 # interval name -> (from event, to event), both of the tile's owner, in the kernel's order of steps
 OWNER_INTERVALS = {
@@ -40,6 +51,24 @@ def intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     out["load_to_part0"] = own[:, EVENTS.index("part0")] - loader[:, 1]  # stage free -> first part usable
     out["load_to_all"] = own[:, EVENTS.index("parts_all")] - loader[:, 1]
     return out
+
+
+def phases(kernel_row: np.ndarray, first_part0: float) -> dict[str, float]:
+    """Whole-kernel phases (cycles) of the traced CTA from ``kernel_row`` [3, 8] (each warpgroup's
+    KernelEvent clocks; 0 = not recorded) and the clock at which tile 0's first part was usable:
+    ``prologue`` (the kernel's start to that), ``loop`` (that to the later math warpgroup's end of
+    its last P V), ``epilogue`` (the later math warpgroup's row sums and partial-row writes), ``total``."""
+    ev = np.where(kernel_row == 0, np.nan, kernel_row.astype(np.float64))
+    entry, loop_end, done = (ev[:, KERNEL_EVENTS.index(k)] for k in KERNEL_EVENTS)
+    start = np.nanmin(entry) if np.isfinite(entry).any() else np.nan
+    math_end = np.nanmax(loop_end[:2]) if np.isfinite(loop_end[:2]).any() else np.nan
+    math_done = np.nanmax(done[:2]) if np.isfinite(done[:2]).any() else np.nan
+    return {
+        "prologue": first_part0 - start,
+        "loop": math_end - first_part0,
+        "epilogue": math_done - math_end,
+        "total": (np.nanmax(done) if np.isfinite(done).any() else np.nan) - start,
+    }
 
 
 def summarize(iv: dict[str, np.ndarray], skip: int = 4) -> dict[str, float]:
@@ -74,7 +103,7 @@ def trace_seesaw(
     import pycuda.driver as cuda
 
     ptr, size = mod.get_global("tv_trace")
-    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    raw = np.zeros((3, TRACE_TILES + 1, 8), dtype=np.uint64)
     if raw.nbytes != size:
         raise RuntimeError(f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES out of step")
     NativeTreeVerify(**rot.inputs(1), **opts).run()
@@ -84,7 +113,8 @@ def trace_seesaw(
     torch.cuda.synchronize()
     cuda.memcpy_dtoh(raw, ptr)
     n_tiles = op.plan.prefix_tiles_per_split if op.plan.n_prefix_splits else op.plan.tree_tiles_per_split
-    iv = intervals(raw, n_tiles)
+    iv = intervals(raw[:, :TRACE_TILES], n_tiles)
+    first_part0 = float(raw[0, 0, EVENTS.index("part0")]) if raw[0, 0, EVENTS.index("part0")] else float("nan")
     return dict(
         context=context,
         heads=heads,
@@ -94,5 +124,7 @@ def trace_seesaw(
         prefix_splits=op.plan.n_prefix_splits,
         tiles=int(min(n_tiles, TRACE_TILES)),
         median_cycles=summarize(iv),
+        phases=phases(raw[:, TRACE_TILES], first_part0),
         events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
+        kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
     )
