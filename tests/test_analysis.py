@@ -209,3 +209,19 @@ def test_figures_show_at_most_six_series_and_where_their_numbers_come_from():
         data.provenance({"machine": {"gpu": "X", "recorded_utc": "2026-01-02T03:04"}, "source": "measured"})
         == "measured now on X, 2026-01-02"
     )
+
+
+def test_peer_table_sets_ours_against_each_peer_it_holds():
+    import pandas as pd
+
+    rows = [
+        dict(impl="native", context=32768, heads=64, nodes=9, ms=2.0, floor_ms=1.0),
+        dict(impl="flashmla", context=32768, heads=64, nodes=9, ms=1.6, floor_ms=1.0),
+        dict(impl="flashmla_sparse", context=32768, heads=64, nodes=9, ms=2.5, floor_ms=1.0),
+        dict(impl="native", context=32768, heads=8, nodes=9, ms=0.5, floor_ms=0.25),
+        dict(impl="flashmla", context=32768, heads=8, nodes=9, ms=0.4, floor_ms=0.25),
+    ]
+    t = analysis.peer_table(pd.DataFrame(rows)).set_index(["heads"])
+    assert t.loc[64, "native / flashmla"] == 1.25 and t.loc[64, "native / flashmla_sparse"] == 0.8
+    assert t.loc[8, "native / flashmla_sparse"] != t.loc[8, "native / flashmla_sparse"]  # not measured: NaN
+    assert t.loc[8, "native / floor"] == 2.0 and t.loc[64, "rows"] == 576

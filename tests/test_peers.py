@@ -92,6 +92,55 @@ def test_flashmla_prefix_and_cascade_match_reference():
         assert relative_error(o1[b].cpu(), ro) < 1e-2 and relative_error(l1[b].cpu(), rl) < 1e-3
 
 
+def test_sparse_indices_gather_exactly_the_keys_of_the_reference():
+    """Attending, per node, to the rows ``sparse_indices`` names in ``sparse_kv``'s array gives the
+    float64 reference's tree verify (prefix through an odd page size, ancestor-masked tree)."""
+    x, _ = make_verify_inputs([300], nodes=9, heads=2, page_size=7, seed=11)
+    pool, n = x["kv_pool"], int(x["prefix_lens"][0])
+    kv = peers.sparse_kv(pool, x["tree_kv"][0])
+    idx = peers.sparse_indices(x["page_table"][0], n, 7, pool.shape[0] * 7, x["tree_mask"][0])
+    assert idx.dtype == torch.int32 and idx.shape == (9, 384) and (idx[:, n + 9 :] == -1).all()
+    ref_o, ref_l = tree_verify_attention_ref(**x, scale=SCALE)
+    for i in range(9):
+        keys = kv[idx[i][idx[i] >= 0].long(), 0].double()
+        o, lse = attend(x["q"][0, i : i + 1].double(), keys, SCALE, 512)
+        assert relative_error(o[0], ref_o[0, i]) < 1e-12 and relative_error(lse[0], ref_l[0, i]) < 1e-12
+
+
+def test_the_sparse_peer_is_a_page_size_1_peer_of_64_head_blocks():
+    from specdiag.bench.peers import PEER_IMPLS, shape_unsupported
+
+    assert PEER_IMPLS["flashmla_sparse"] == 1
+    assert "blocks of 64" in shape_unsupported("flashmla_sparse", 8, 9)
+    assert shape_unsupported("flashmla_sparse", 128, 65) is None and shape_unsupported("native", 8, 9) is None
+
+
+def test_bench_peers_refuses_heads_and_trees_it_has_no_shape_for(tmp_path, capsys):
+    from specdiag.bench.__main__ import main as bench_main
+
+    out = tmp_path / "p.json"
+    assert bench_main(["peers", "--heads", "64", "--trees", "257", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("no peers shape") and not out.exists()
+    assert bench_main(["peers", "--heads", "sixty-four", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bad --contexts, --heads or --trees") and not out.exists()
+
+
+@pytest.mark.gpu
+def test_flashmla_sparse_verify_matches_reference():
+    """FlashMLA's sparse prefill as the page-size-1 peer: the whole tree verify against float64."""
+    if peers.flashmla_missing():
+        pytest.skip(peers.flashmla_missing())
+    for ps, heads in ((1, 64), (7, 128)):
+        x, _ = make_verify_inputs([5000], nodes=9, heads=heads, page_size=ps, seed=ps, device="cuda")
+        ref_o, ref_l = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SCALE)
+        out, lse = peers.FlashMLASparseVerify(**x, scale=SCALE).run()
+        assert relative_error(out.cpu(), ref_o) < 1e-2 and relative_error(lse.cpu(), ref_l) < 1e-3
+    with pytest.raises(ValueError, match="blocks of 64"):
+        peers.FlashMLASparseVerify(**make_verify_inputs([100], 9, 8, page_size=1, device="cuda")[0], scale=SCALE)
+
+
 @needs_sglang
 def test_sglang_tile_is_read_from_its_source_and_leaves_the_module_as_it_was():
     mod = peers.load_sglang_extend()

@@ -150,6 +150,29 @@ def test_trace_and_variants_on_the_gpu():
     assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
 
 
+def test_variant_table_sets_each_peer_against_the_default_build():
+    from specdiag import analysis
+
+    shape = dict(context=32768, heads=64, nodes=9)
+    rows = [
+        dict(impl="wgmma_seesaw", defines={}, page_size=1, ms=2.0, **shape),
+        dict(impl="wgmma_seesaw", defines={"X": 1}, page_size=1, ms=1.8, **shape),
+        dict(impl="wgmma_seesaw", defines={}, page_size=64, ms=1.9, **shape),
+        dict(impl="wgmma_seesaw", defines={"X": 1}, page_size=64, ms=1.9, **shape),
+        dict(impl="flashmla", defines={}, page_size=64, ms=1.5, **shape),
+        dict(impl="flashmla_sparse", defines={}, page_size=1, ms=2.5, **shape),
+    ]
+    t = analysis.variant_table({"rows": rows}).droplevel([0, 1, 2])
+    assert list(t.columns) == ["default_us", "X=1", "flashmla/default", "flashmla_sparse/default"]
+    assert (
+        t.loc[1, "X=1"] == 0.9 and t.loc[1, "flashmla/default"] == 0.75 and t.loc[1, "flashmla_sparse/default"] == 1.25
+    )
+    assert t.loc[64, "flashmla_sparse/default"] != t.loc[64, "flashmla_sparse/default"]  # page size 1 only: NaN
+    assert analysis.variant_summary({"rows": rows}) == [
+        "X=1 / default: page size 1: 0.90x to 0.90x (median 0.90x), page size 64: 1.00x to 1.00x (median 1.00x)"
+    ]
+
+
 def test_recorded_variants_and_trace_tables():
     """The recordings behind docs/kernel_notes.md's thirteenth-session section: every variant
     bit-identical to the default build, ratios over the default build's time, and the trace's

@@ -114,6 +114,8 @@ def peer_table(df):
     if "flashmla" in t:
         t["native / flashmla"] = t["native"] / t["flashmla"]
         t["flashmla / floor"] = t["flashmla"] / t["floor"]  # its floor: the whole verify's
+    if "flashmla_sparse" in t:  # the whole verify at page size 1 through FlashMLA's token gather
+        t["native / flashmla_sparse"] = t["native"] / t["flashmla_sparse"]
     if "sglang" in t:
         t["sglang / native"] = t["sglang"] / t["native"]
     t["native / floor"] = t["native"] / t["floor"]
@@ -209,22 +211,34 @@ def _build(defines: dict, default: str = "default") -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(defines.items())) or default
 
 
+# the peers a variants recording times beside our builds -> the page size of our rows each is
+# set against (None: every row)
+VARIANT_PEERS = {"flashmla": None, "flashmla_sparse": 1}
+
+
 def variant_table(doc: dict):
     """A variants recording (``python -m specdiag.bench variants``) as one row per shape and page
-    size: the default build's time, each variant's time over it, and FlashMLA's prefix call (page
-    size 64, the same shape) over it."""
+    size: the default build's time, each variant's time over it, FlashMLA's prefix call (page
+    size 64, the same shape) over it, and where recorded FlashMLA's sparse prefill (the whole
+    verify at page size 1: page-size-1 rows only) over it."""
     import pandas as pd
 
     rows = pd.DataFrame(doc["rows"])
-    rows["build"] = [_build(d, "flashmla" if i == "flashmla" else "default") for i, d in zip(rows.impl, rows.defines)]
+    peer = rows.impl.isin(VARIANT_PEERS)
+    rows["build"] = [_build(d, "default") for d in rows.defines]
     keys = ["context", "heads", "nodes"]
-    ours = rows[rows.impl != "flashmla"].pivot_table(index=[*keys, "page_size"], columns="build", values="ms")
+    ours = rows[~peer].pivot_table(index=[*keys, "page_size"], columns="build", values="ms")
     out = pd.DataFrame({"default_us": ours["default"] * 1e3})
     for b in ours.columns:
         if b != "default":
             out[b] = ours[b] / ours["default"]
-    fm = rows[rows.impl == "flashmla"].set_index(keys).ms
-    out["flashmla/default"] = [fm.get(k[:3], float("nan")) / ours["default"][k] for k in ours.index]
+    for impl, page_size in VARIANT_PEERS.items():
+        if impl == "flashmla" or (rows.impl == impl).any():
+            ms = rows[rows.impl == impl].set_index(keys).ms
+            out[f"{impl}/default"] = [
+                ms.get(k[:3], float("nan")) / ours["default"][k] if page_size in (None, k[3]) else float("nan")
+                for k in ours.index
+            ]
     return out
 
 
@@ -236,7 +250,7 @@ def variant_summary(doc: dict) -> list[str]:
     table = variant_table(doc)
     ident = pd.DataFrame(doc.get("identity", []))
     lines = []
-    for build in [c for c in table.columns if c not in ("default_us", "flashmla/default")]:
+    for build in [c for c in table.columns if c != "default_us" and not c.endswith("/default")]:
         parts = []
         for ps, g in table.groupby(level="page_size"):
             r = g[build]

@@ -33,6 +33,7 @@ PEER_SERIES = {
     "native": ("tab:blue", "native, impl='auto', page_size=1 (the fix)"),
     "flashmla": ("tab:orange", "FlashMLA prefix call alone (no tree block, page 64)"),
     "flashmla_cascade": ("tab:purple", "FlashMLA + tree block + merge in torch (page 64)"),
+    "flashmla_sparse": ("tab:brown", "FlashMLA sparse prefill, whole verify (page_size=1)"),
 }
 
 

@@ -310,6 +310,7 @@ SHAPE_SERIES = {
     "sglang": ("tab:red", "sglang's Triton kernel (baseline)"),
     "triton": ("salmon", "our imitation of it"),
     "flashmla_cascade": ("tab:purple", "FlashMLA + tree + merge"),
+    "flashmla_sparse": ("tab:brown", "FlashMLA sparse prefill, page_size=1"),
     "flashmla": ("tab:orange", "FlashMLA prefix call alone"),
     "native": ("tab:blue", "ours, auto, page_size=1"),
     "floor": ("0.5", "floor (same run)"),

@@ -11,6 +11,10 @@ ran), loaded unmodified from the sglang wheel, and DeepSeek's FlashMLA SM90 dens
 * ``FlashMLAPrefix``: ``flash_mla.flash_mla_with_kvcache(use_legacy=True)`` (the ``sgl-flash-mla``
   wheel) over the prefix alone: page size 64, ``causal=False``, the T nodes as ``s_q``. It has no
   tree mask; ``FlashMLACascade`` adds the tree block and the log-sum-exp merge in torch.
+* ``FlashMLASparseVerify``: ``flash_mla.flash_mla_sparse_fwd(use_legacy=True)``, FlashMLA's SM90
+  sparse prefill, which gathers single tokens by index: the whole tree verify at any page size
+  (the deployment's is 1), each node attending to its prefix rows and visible tree rows
+  (``sparse_indices``). Its heads come in blocks of 64.
 
 Where the sglang kernel comes from (``sglang_source``): ``$SPECDIAG_SGLANG`` (a sglang wheel, or a
 folder holding ``sglang/kernels/ops/attention/``), else a wheel in ``~/.cache/specdiag``
@@ -45,6 +49,9 @@ __all__ = [
     "flashmla_missing",
     "FlashMLAPrefix",
     "FlashMLACascade",
+    "sparse_indices",
+    "sparse_kv",
+    "FlashMLASparseVerify",
 ]
 
 SGLANG_VERSION = "0.5.23"
@@ -319,3 +326,63 @@ class FlashMLACascade:
         o2 = torch.einsum("bthn,bnd->bthd", p, self.tree_kv[..., :MLA_V_DIM]).float()
         out, lse = merge_partials([o1.float(), o2], [l1, l2])
         return out.to(self.q.dtype), lse
+
+
+def sparse_indices(page_table, prefix_len: int, page_size: int, pool_rows: int, tree_mask, multiple: int = 128):
+    """Each node's keys as rows of ``sparse_kv``'s array (the pool's rows, then the tree's): the
+    prefix's pool rows through ``page_table`` [max_pages], then its visible tree nodes
+    (``pool_rows + j`` where ``tree_mask`` [T, T] is set), padded with -1 to a multiple of
+    ``multiple`` (FlashMLA's sparse prefill takes 128). int32 [T, topk]."""
+    t = tree_mask.shape[0]
+    dev = tree_mask.device
+    tok = torch.arange(prefix_len, device=dev)
+    rows = page_table[tok // page_size].long() * page_size + tok % page_size
+    topk = max(multiple, -(-(prefix_len + t) // multiple) * multiple)
+    idx = torch.full((t, topk), -1, dtype=torch.int32, device=dev)
+    idx[:, :prefix_len] = rows.to(torch.int32)
+    tree_rows = pool_rows + torch.arange(t, device=dev, dtype=torch.int32)
+    idx[:, prefix_len : prefix_len + t] = torch.where(tree_mask.bool(), tree_rows, torch.full_like(tree_rows, -1))
+    return idx
+
+
+def sparse_kv(kv_pool, tree_kv):
+    """The pool's rows, then one request's tree rows: [pool rows + T, 1, 576], the key array of
+    ``FlashMLASparseVerify`` (one copy per pool, shared by the calls over it)."""
+    return torch.cat([kv_pool.reshape(-1, MLA_HEAD_DIM), tree_kv.reshape(-1, MLA_HEAD_DIM)]).unsqueeze(1)
+
+
+class FlashMLASparseVerify:
+    """The whole tree verify of one request through FlashMLA's SM90 sparse prefill: bf16 ``q``
+    [1, T, H, 576] (H a multiple of 64), ``kv_pool`` [pages, page_size, 576], int32 ``page_table``
+    [1, max_pages], ``prefix_lens`` [1], ``tree_kv`` [1, T, 576], ``tree_mask`` [1, T, T], on the
+    GPU; ``kv`` is ``sparse_kv(kv_pool, tree_kv)`` when several calls share a pool (made here
+    otherwise). ``run()`` returns ``out`` [1, T, H, 512] and ``lse`` [1, T, H], as the reference."""
+
+    def __init__(self, q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, scale, kv=None):
+        why = flashmla_missing()
+        if why:
+            raise RuntimeError(why)
+        import flash_mla
+
+        q4 = q if q.dim() == 4 else q.unsqueeze(0)
+        if q4.shape[0] != 1:
+            raise ValueError(f"FlashMLA's sparse prefill takes one request, got a batch of {q4.shape[0]}")
+        if q4.shape[2] % 64:
+            raise ValueError(f"FlashMLA's sparse prefill takes heads in blocks of 64, got {q4.shape[2]}")
+        self.fm, self.scale = flash_mla, float(scale)
+        self.q = q4[0].contiguous()  # [T, H, 576]
+        self.kv = sparse_kv(kv_pool, tree_kv) if kv is None else kv
+        t = self.q.shape[0]
+        idx = sparse_indices(
+            page_table.view(-1),
+            int(prefix_lens.view(-1)[0]),
+            kv_pool.shape[1],
+            kv_pool.shape[0] * kv_pool.shape[1],
+            tree_mask.view(t, t),
+        )
+        self.idx = idx.view(t, 1, -1)
+
+    def run(self):
+        res = self.fm.flash_mla_sparse_fwd(self.q, self.kv, self.idx, self.scale, d_v=MLA_V_DIM, use_legacy=True)
+        out, lse = res[0], res[2]  # (out, max_logits, lse), lse in natural log
+        return out.unsqueeze(0), lse.unsqueeze(0)

@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--peers", default=None, help="peers: comma-separated impls (default: all)")
     ap.add_argument("--contexts", default=None, help="sweep: comma-separated prefix lengths (default: the full sweep)")
-    ap.add_argument("--heads", default=None, help="sweep: comma-separated head counts")
-    ap.add_argument("--trees", default=None, help="sweep: comma-separated tree sizes (nodes, root included)")
+    ap.add_argument("--heads", default=None, help="sweep, peers: comma-separated head counts")
+    ap.add_argument("--trees", default=None, help="sweep, peers: comma-separated tree sizes (nodes, root included)")
     ap.add_argument("--quick", action="store_true", help="sweep: a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument(
@@ -74,6 +74,23 @@ def main(argv=None) -> int:
             check_switches("wgmma_seesaw" if a.mode == "trace" or a.impl == "auto" else a.impl, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
+            return 2
+    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
+    try:
+        ints(a.contexts, None), ints(a.heads, None), ints(a.trees, None)
+    except ValueError:
+        print(
+            f"bad --contexts, --heads or --trees: comma-separated integers, got {a.contexts}, {a.heads}, {a.trees}",
+            file=sys.stderr,
+        )
+        return 2
+    if a.mode == "peers":
+        from .peers import PEER_SHAPES
+
+        heads, trees = ints(a.heads, None), ints(a.trees, None)
+        shapes = [s for s in PEER_SHAPES if (heads is None or s[0] in heads) and (trees is None or s[1] in trees)]
+        if not shapes:
+            print(f"no peers shape has those --heads / --trees; (heads, nodes): {PEER_SHAPES}", file=sys.stderr)
             return 2
     if not gpu_available():
         print("no CUDA GPU: the benchmarks need one (notebooks fall back to the recordings in data/)", file=sys.stderr)
@@ -136,15 +153,12 @@ def main(argv=None) -> int:
                     print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} phases {ph}")
         save(a.out, "trace", {"runs": runs})
         return 0
-    ints = lambda v, d: tuple(int(x) for x in v.split(",")) if v else d  # noqa: E731
     ceilings = timing.measure_ceilings()
     print(ceilings)
     if a.mode == "peers":
         from ..attention.peers import sglang_provenance
-        from .peers import PEER_CONTEXTS, PEER_IMPLS, PEER_SHAPES, peer_sweep
+        from .peers import PEER_CONTEXTS, PEER_IMPLS, peer_sweep
 
-        heads = ints(a.heads, None)
-        shapes = [s for s in PEER_SHAPES if heads is None or s[0] in heads]
         rows, missing = peer_sweep(
             contexts=ints(a.contexts, PEER_CONTEXTS),
             shapes=shapes,

@@ -3,7 +3,9 @@
 
 impl names: ``native`` (``auto``, page size 1, as DDTree forces), ``native_ps64``, ``flashmla``
 (FlashMLA's prefix call alone: no tree block), ``flashmla_cascade`` (FlashMLA + the tree block +
-merge in torch), ``sglang`` (the deployment's own Triton kernel), ``triton`` (our imitation of it).
+merge in torch), ``flashmla_sparse`` (the whole verify through FlashMLA's token-gathering sparse
+prefill, page size 1; 64 or 128 heads only), ``sglang`` (the deployment's own Triton kernel),
+``triton`` (our imitation of it).
 """
 
 from __future__ import annotations
@@ -16,13 +18,22 @@ from ..attention import peers, relative_error
 from ..cost import SOFTMAX_SCALE, attention_cost, rates
 from .timing import Rotation, time_rotating
 
-__all__ = ["PEER_IMPLS", "PEER_CONTEXTS", "PEER_SHAPES", "missing_peers", "peer_calls", "peer_sweep"]
+__all__ = [
+    "PEER_IMPLS",
+    "PEER_CONTEXTS",
+    "PEER_SHAPES",
+    "missing_peers",
+    "shape_unsupported",
+    "peer_calls",
+    "peer_sweep",
+]
 
 PEER_IMPLS = {  # name -> KV page size
     "native": 1,
     "native_ps64": 64,
     "flashmla": 64,
     "flashmla_cascade": 64,
+    "flashmla_sparse": 1,
     "sglang": 1,
     "triton": 1,
 }
@@ -45,6 +56,13 @@ def missing_peers(impls) -> dict[str, str]:
     return out
 
 
+def shape_unsupported(impl: str, heads: int, nodes: int) -> str | None:
+    """Why ``impl`` cannot run a shape it otherwise runs, or None."""
+    if impl == "flashmla_sparse" and heads % 64:
+        return "FlashMLA's sparse prefill takes heads in blocks of 64"
+    return None
+
+
 def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
     """One prepared call per rotation set, and what to record about it."""
     sets = [rot.inputs(i) for i in range(rot.n)]
@@ -56,6 +74,9 @@ def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
         return [peers.FlashMLAPrefix(**{k: s[k] for k in keep}, scale=SOFTMAX_SCALE).run for s in sets], {}
     if impl == "flashmla_cascade":
         return [peers.FlashMLACascade(**s, scale=SOFTMAX_SCALE).run for s in sets], {}
+    if impl == "flashmla_sparse":  # one key array per pool: the sets differ in their page tables only
+        kv = peers.sparse_kv(sets[0]["kv_pool"], sets[0]["tree_kv"])
+        return [peers.FlashMLASparseVerify(**s, scale=SOFTMAX_SCALE, kv=kv).run for s in sets], {}
     if impl == "sglang":
         return [peers.SglangExtend(**s, scale=SOFTMAX_SCALE).run for s in sets], {}
     if impl == "triton":
@@ -84,6 +105,10 @@ def peer_sweep(
             cost = attention_cost(ctx, t, h)
             for ps in sorted({PEER_IMPLS[i] for i in impls}):
                 run = [i for i in impls if PEER_IMPLS[i] == ps and i not in missing]
+                for impl in [i for i in run if shape_unsupported(i, h, t)]:
+                    why = shape_unsupported(impl, h, t)
+                    progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: not measured ({why})")
+                    run.remove(impl)
                 if not run:
                     continue
                 rot = Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)

@@ -93,12 +93,26 @@ def time_variants(
     impl: str, variants: list[dict], shapes=VARIANT_SHAPES, page_sizes=(1, 64), rep_ms: float = 25.0, progress=print
 ) -> list[dict]:
     """Rows of ``impl, defines, context, heads, nodes, page_size, ms`` for the default build and each
-    variant, and FlashMLA's prefix call (page size 64) on the same shapes where it is installed."""
-    from .peers import peer_calls
+    variant, FlashMLA's prefix call (page size 64) on the same shapes where it is installed, and
+    at page size 1 its sparse prefill (the whole verify, 64-head blocks only)."""
+    from .peers import PEER_IMPLS, peer_calls, shape_unsupported
     from .timing import Rotation, time_rotating
 
     check_switches(impl, variants)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
+
+    def peer_rows(name, rot, ctx, heads, nodes, cost) -> list[dict]:  # none where FlashMLA is missing
+        if peers.flashmla_missing():
+            return []
+        calls, _ = peer_calls(name, rot)
+        ms = time_rotating(calls, rep_ms)
+        progress(f"{name} ctx={ctx} H={heads} T={nodes}: {ms * 1e3:.1f} us")
+        page_size = PEER_IMPLS[name]
+        return [
+            dict(impl=name, defines={}, context=ctx, heads=heads, nodes=nodes, page_size=page_size, ms=ms, **cost)
+            | rates(cost, ms)
+        ]
+
     rows = []
     for ctx, heads, nodes in shapes:
         cost = attention_cost(ctx, nodes, heads)
@@ -124,17 +138,10 @@ def time_variants(
                     )
                     progress(f"{impl} {v} ctx={ctx} H={heads} T={nodes} ps={ps}: {ms * 1e3:.1f} us")
                     del ops
-            if ps == 64 and not peers.flashmla_missing():
-                calls, _ = peer_calls("flashmla", rot)
-                ms = time_rotating(calls, rep_ms)
-                rows.append(
-                    dict(
-                        impl="flashmla", defines={}, context=ctx, heads=heads, nodes=nodes, page_size=64, ms=ms, **cost
-                    )
-                    | rates(cost, ms)
-                )
-                progress(f"flashmla ctx={ctx} H={heads} T={nodes}: {ms * 1e3:.1f} us")
-                del calls
+            if ps == 1 and not shape_unsupported("flashmla_sparse", heads, nodes):
+                rows += peer_rows("flashmla_sparse", rot, ctx, heads, nodes, cost)
+            if ps == 64:
+                rows += peer_rows("flashmla", rot, ctx, heads, nodes, cost)
             del rot
             torch.cuda.empty_cache()
     return rows
