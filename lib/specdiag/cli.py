@@ -185,6 +185,7 @@ def lab_env(environ=None) -> dict:
 
 
 def lab_main(folder: str | None, extra: list[str]) -> int:
+    import os
     import shutil
     import subprocess
     from pathlib import Path
@@ -199,7 +200,9 @@ def lab_main(folder: str | None, extra: list[str]) -> int:
         or subprocess.run(["jupyter", "lab", "--version"], capture_output=True).returncode
     ):
         return _fail('JupyterLab is not installed: pip install -e ".[notebook]"')
-    return subprocess.call(["jupyter", "lab", *extra, f"--ServerApp.root_dir={where}"], env=lab_env())
+    # this process becomes the server (no child left behind when it is stopped: its kernels with it)
+    jupyter = shutil.which("jupyter")
+    os.execve(jupyter, [jupyter, "lab", *extra, f"--ServerApp.root_dir={where}"], lab_env())
 
 
 if __name__ == "__main__":
