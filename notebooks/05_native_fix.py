@@ -200,6 +200,8 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 #   size 64): the same split-KV design, the best peer for the part of the work they share;
 #   `flashmla_cascade` adds the tree block and the merge in torch, a verify one could build on it
 #   (a dozen small torch calls: where FlashMLA itself is fast, their launch costs dominate);
+# * `flashmla_sparse`: FlashMLA's SM90 sparse prefill, which gathers single tokens: the whole
+#   verify at page size 1 through it, for 64 or 128 heads (shown where the recording has it);
 # * `native`: ours, `impl="auto"`, page size 1 as DDTree forces it; `native_ps64` at page size 64.
 #
 # The kernel's targets beside them, and where the recording stands:
@@ -221,11 +223,13 @@ ptab = analysis.peer_table(pdf)
 pctx = ctx if ctx in set(ptab.context) else int(ptab.context.max())
 dep = ptab[(ptab.context == pctx) & (ptab.heads == heads) & (ptab.nodes == nodes)].iloc[0]
 print(f"{pctx:,} tokens, {heads} heads x {nodes} nodes, one layer:")
-for impl in ("sglang", "triton", "flashmla", "flashmla_cascade", "native", "native_ps64", "floor"):
+for impl in ("sglang", "triton", "flashmla", "flashmla_cascade", "flashmla_sparse", "native", "native_ps64", "floor"):
     if impl in dep and dep[impl] == dep[impl]:
         print(f"  {impl:>17}: {dep[impl] * 1e3:9.1f} us  = {dep[impl] / dep.native:7.2f}x ours")
 print(analysis.speedup_range(pdf, "sglang", "native", "the real sglang kernel / ours"))
 print(analysis.speedup_range(pdf, "flashmla", "native", "FlashMLA's prefix call alone / ours"))
+if "flashmla_sparse" in set(pdf.impl):
+    print(analysis.speedup_range(pdf, "flashmla_sparse", "native", "FlashMLA's sparse prefill, page size 1 / ours"))
 for t in analysis.peer_targets(ptab):
     print(f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}")
 
