@@ -376,7 +376,11 @@ for (c, h, t, ps), g in tt.groupby(level=[0, 1, 2, 3]):
         f"takes {g.load_issue['default']:.0f} to issue a tile's copies. Without {stage[one.idxmin()]} the period "
         f"is {one.min():.0f}."
     )
-tt[["period", "wait_part0", "load_issue", "load_to_all", "softmax"]]
+# the whole-kernel phases (first tile, steady loop, epilogue) where the recording has them
+tt[
+    ["period", "wait_part0", "load_issue", "load_to_all", "softmax"]
+    + [c for c in ("prologue", "loop", "epilogue") if c in tt]
+]
 
 # %% [markdown]
 # The loads pace the kernel: each math warpgroup spends about half its turn waiting for its
