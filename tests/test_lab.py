@@ -3,6 +3,7 @@ reader sees a rendered widget and a figure (headless Debian chromium through sel
 where they are missing, installed in CI by .ci/run)."""
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -63,6 +64,13 @@ def _wait_kernel_idle(port: int, notebook: str, seconds: float, log: Path) -> No
     raise AssertionError(f"no idle kernel for {notebook} in {seconds} s: {states}; server log ends: {tail}")
 
 
+def _cells_started(driver) -> bool:
+    """Whether any code cell has run or is running (its prompt shows [*] or a count, not [ ])."""
+    from selenium.webdriver.common.by import By
+
+    return any(re.match(r"\[(\*|\d+)\]", e.text) for e in driver.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt"))
+
+
 def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_figure(tmp_path):
     from selenium import webdriver
     from selenium.webdriver.common.by import By
@@ -113,10 +121,19 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
         # Run All Cells is a no-op until the notebook has its kernel: wait for the session to be idle
         _wait_kernel_idle(port, NOTEBOOK, 120, log)
         run_menu = "//div[contains(@class,'lm-MenuBar-itemLabel') and text()='Run']"
-        wait.until(ec.element_to_be_clickable((By.XPATH, run_menu))).click()
         run_all = "//li[contains(@class,'lm-Menu-item') and not(contains(@class,'lm-mod-disabled'))]"
         run_all += "//div[contains(@class,'lm-Menu-itemLabel') and text()='Run All Cells']"
-        wait.until(ec.element_to_be_clickable((By.XPATH, run_all))).click()
+        for attempt in range(2):  # a second click only if the first started no cell at all (a lost click)
+            wait.until(ec.element_to_be_clickable((By.XPATH, run_menu))).click()
+            wait.until(ec.element_to_be_clickable((By.XPATH, run_all))).click()
+            try:
+                WebDriverWait(driver, 30).until(_cells_started)
+                break
+            except Exception:
+                if attempt:
+                    raise AssertionError(
+                        f"Run All Cells started no cell; server log ends: {log.read_text()[-1500:]}"
+                    ) from None
         found = {"figure": ".jp-OutputArea-output img", "widget": ".jp-OutputArea-output .widget-dropdown select"}
         error = ".jp-OutputArea-output[data-mime-type*='error']"
         try:  # generous for a cold 2-core CI machine; an error output ends the wait
