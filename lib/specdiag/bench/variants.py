@@ -101,47 +101,30 @@ def time_variants(
     check_switches(impl, variants)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
 
-    def peer_rows(name, rot, ctx, heads, nodes, cost) -> list[dict]:  # none where FlashMLA is missing
-        if peers.flashmla_missing():
-            return []
-        calls, _ = peer_calls(name, rot)
+    def timed(name, defines, page_size, calls, shape, cost, **extra) -> dict:  # one row of the recording
+        ctx, heads, nodes = shape
         ms = time_rotating(calls, rep_ms)
-        progress(f"{name} ctx={ctx} H={heads} T={nodes}: {ms * 1e3:.1f} us")
-        page_size = PEER_IMPLS[name]
-        return [
-            dict(impl=name, defines={}, context=ctx, heads=heads, nodes=nodes, page_size=page_size, ms=ms, **cost)
-            | rates(cost, ms)
-        ]
+        progress(f"{name} {defines or ''} ctx={ctx} H={heads} T={nodes} ps={page_size}: {ms * 1e3:.1f} us")
+        row = dict(impl=name, defines=defines, context=ctx, heads=heads, nodes=nodes, page_size=page_size, ms=ms)
+        return row | extra | cost | rates(cost, ms)
 
     rows = []
-    for ctx, heads, nodes in shapes:
+    for shape in shapes:
+        ctx, heads, nodes = shape
         cost = attention_cost(ctx, nodes, heads)
         for ps in sorted(set(page_sizes) | {64}):
             rot = Rotation(ctx, ps, nodes, heads, l2, seed=ctx + heads + nodes)
             if ps in page_sizes:
                 for v in [{}, *variants]:
                     ops = rot.native_ops(impl=impl, defines=v)
-                    ms = time_rotating([op.run for op in ops], rep_ms)
-                    rows.append(
-                        dict(
-                            impl=impl,
-                            defines=v,
-                            context=ctx,
-                            heads=heads,
-                            nodes=nodes,
-                            page_size=ps,
-                            ms=ms,
-                            splits=ops[0].plan.splits,
-                            **cost,
-                        )
-                        | rates(cost, ms)
-                    )
-                    progress(f"{impl} {v} ctx={ctx} H={heads} T={nodes} ps={ps}: {ms * 1e3:.1f} us")
+                    rows.append(timed(impl, v, ps, [op.run for op in ops], shape, cost, splits=ops[0].plan.splits))
                     del ops
-            if ps == 1 and not shape_unsupported("flashmla_sparse", heads, nodes):
-                rows += peer_rows("flashmla_sparse", rot, ctx, heads, nodes, cost)
-            if ps == 64:
-                rows += peer_rows("flashmla", rot, ctx, heads, nodes, cost)
+            # FlashMLA beside them where installed: its sparse prefill at page size 1, its prefix call at 64
+            peer = {1: "flashmla_sparse", 64: "flashmla"}.get(ps)
+            if peer and not peers.flashmla_missing() and not shape_unsupported(peer, heads, nodes):
+                calls, _ = peer_calls(peer, rot)
+                rows.append(timed(peer, {}, PEER_IMPLS[peer], calls, shape, cost))
+                del calls
             del rot
             torch.cuda.empty_cache()
     return rows
