@@ -52,6 +52,10 @@ def _sessions(port: int, notebook: str) -> list[str]:
     return [s["kernel"]["execution_state"] for s in sessions if s["path"].endswith(notebook)]
 
 
+def _log_end(log: Path) -> str:
+    return f"server log ends: {log.read_text()[-1500:]}"
+
+
 def _wait_kernel_idle(port: int, notebook: str, seconds: float, log: Path) -> None:
     end = time.time() + seconds
     states: list[str] = []
@@ -60,8 +64,7 @@ def _wait_kernel_idle(port: int, notebook: str, seconds: float, log: Path) -> No
         if "idle" in states:
             return
         time.sleep(0.5)
-    tail = log.read_text()[-1500:]
-    raise AssertionError(f"no idle kernel for {notebook} in {seconds} s: {states}; server log ends: {tail}")
+    raise AssertionError(f"no idle kernel for {notebook} in {seconds} s: {states}; {_log_end(log)}")
 
 
 def _cells_started(driver) -> bool:
@@ -131,9 +134,7 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
                 break
             except Exception:
                 if attempt:
-                    raise AssertionError(
-                        f"Run All Cells started no cell; server log ends: {log.read_text()[-1500:]}"
-                    ) from None
+                    raise AssertionError(f"Run All Cells started no cell; {_log_end(log)}") from None
         found = {"figure": ".jp-OutputArea-output img", "widget": ".jp-OutputArea-output .widget-dropdown select"}
         error = ".jp-OutputArea-output[data-mime-type*='error']"
         try:  # generous for a cold 2-core CI machine; an error output ends the wait
@@ -148,7 +149,7 @@ def test_lab_opens_a_py_notebook_as_a_notebook_runs_it_and_shows_a_widget_and_a_
             prompts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".jp-CodeCell .jp-InputPrompt")]
             raise AssertionError(
                 f"after Run All Cells the page holds {seen}; prompts {prompts[:8]}; "
-                f"kernels {_sessions(port, NOTEBOOK)}; server log ends: {log.read_text()[-1500:]}"
+                f"kernels {_sessions(port, NOTEBOOK)}; {_log_end(log)}"
             ) from None
         errors = driver.find_elements(By.CSS_SELECTOR, error)
         assert not errors, errors[0].text[:500]

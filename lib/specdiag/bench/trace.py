@@ -114,7 +114,8 @@ def trace_seesaw(
     cuda.memcpy_dtoh(raw, ptr)
     n_tiles = op.plan.prefix_tiles_per_split if op.plan.n_prefix_splits else op.plan.tree_tiles_per_split
     iv = intervals(raw[:, :TRACE_TILES], n_tiles)
-    first_part0 = float(raw[0, 0, EVENTS.index("part0")]) if raw[0, 0, EVENTS.index("part0")] else float("nan")
+    part0 = raw[0, 0, EVENTS.index("part0")]  # tile 0's first part usable (its owner, warpgroup 0); 0: not recorded
+    first_part0 = float(part0) if part0 else float("nan")
     return dict(
         context=context,
         heads=heads,
