@@ -45,6 +45,8 @@ def test_parse_variants():
         ["trace", "--shapes", "185000x8"],
         ["trace", "--defines", "TV_SKIPP=1"],
         ["variants", "--impl", "mma", "--defines", "TV_SKIP=1"],
+        ["check", "--defines", "TV_SKIP=1"],  # which kernel's source: --impl is needed
+        ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):

@@ -47,13 +47,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="sweep: a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
     ap.add_argument(
-        "--defines", default="", help="variants, trace: 'NAME=INT[,NAME=INT];...' (trace: '' is the default build)"
+        "--defines",
+        default="",
+        help="variants, trace, check: 'NAME=INT[,NAME=INT];...' (trace, check: '' is the default build)",
     )
     ap.add_argument("--page-sizes", default="1,64", help="variants, trace: comma-separated KV page sizes")
     ap.add_argument("--prefix-splits", type=int, default=None, help="trace: force the prefix split count")
     ap.add_argument("--shapes", default=None, help="variants, trace: CONTEXTxHEADSxNODES,... (default: the mode's own)")
     a = ap.parse_args(argv)
-    if a.mode in ("variants", "trace"):
+    variants = []
+    if a.mode in ("variants", "trace") or (a.mode == "check" and a.defines.strip()):
         from .variants import parse_variants
 
         try:
@@ -71,6 +74,8 @@ def main(argv=None) -> int:
         from .variants import check_switches
 
         try:
+            if a.mode == "check" and a.impl == "auto":
+                raise ValueError("check --defines needs --impl: the kernel whose source they switch")
             check_switches("wgmma_seesaw" if a.mode == "trace" or a.impl == "auto" else a.impl, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
     if a.mode == "check":
         from .checks import check_native, passed
 
-        res = check_native(impl=a.impl)
+        res = [r for v in variants or [None] for r in check_native(impl=a.impl, defines=v)]
         for r in res:
             print(r)
         save(a.out, "native_check", {"results": res})

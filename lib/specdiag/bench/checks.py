@@ -52,8 +52,9 @@ def passed(result: dict) -> bool:
     )
 
 
-def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto") -> list[dict]:
-    """``impl`` against the float64 reference, one result per case."""
+def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto", defines: dict | None = None) -> list[dict]:
+    """``impl`` (built with the compile-time switches ``defines``) against the float64 reference,
+    one result per case."""
     from ..attention.native import NativeTreeVerify
     from ..attention.reference import tree_verify_attention_ref
 
@@ -63,7 +64,7 @@ def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto") -> lis
             lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0
         )
         poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl)
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=defines)
         for buf in (op.out, op.lse, op.o_part):
             buf.fill_(float("nan"))
         out, lse = op.run()
@@ -73,6 +74,7 @@ def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto") -> lis
         results.append(
             dict(
                 impl=op.impl,
+                **({"defines": defines} if defines else {}),
                 prefix_lens=lens,
                 nodes=nodes,
                 heads=heads,
