@@ -24,21 +24,6 @@ TVG_HD constexpr uint32_t tile_offset(int rows, int row, int chunk) {
 template <int THREADS>
 TVG_HD constexpr int load_row(int t, int i) { return (t >> 3) + (THREADS / 8) * i; }
 TVG_HD constexpr int load_chunk(int t, int c) { return 8 * c + (t & 7); }
-// the same addresses as the thread's first (row, chunk) plus a compile-time step, so that each copy
-// is one instruction (base register + immediate): rows THREADS / 8 apart keep their swizzle
-template <int ROWS, int THREADS>
-TVG_HD constexpr uint32_t load_step(int i, int c) { return (uint32_t)(i * (THREADS / 8) * 128 + c * ROWS * 128); }
-template <int ROWS, int THREADS>
-constexpr bool load_steps_hold() {
-  for (int t = 0; t < THREADS; ++t)
-    for (int i = 0; i < ROWS / (THREADS / 8); ++i)
-      for (int c = 0; c < 9; ++c)
-        if (tile_offset(ROWS, load_row<THREADS>(t, i), load_chunk(t, c)) !=
-            tile_offset(ROWS, load_row<THREADS>(t, 0), load_chunk(t, 0)) + load_step<ROWS, THREADS>(i, c))
-          return false;
-  return true;
-}
-static_assert(load_steps_hold<64, 128>() && load_steps_hold<64, 256>(), "load_step matches tile_offset");
 // Shared-memory matrix descriptor, 128-byte swizzle (layout type 1 in bits 62-63).
 // K-major operand: sbo = byte step between 8-row groups (lbo unused: 16).
 // MN-major operand: lbo = byte step between 64-element atoms along M/N, sbo = between 8-row groups along K.
@@ -96,13 +81,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
-// four 8 x 8 b16 matrices, one per register, from the mma fragment order (lane l holds row l / 4,
-// columns 2 (l % 4) and + 1); lane l gives the address of row l % 8 of matrix l / 8
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-}
 // The dynamic shared memory as a Smem struct, its base rounded up to 1024 bytes (the swizzle pattern
 // is keyed to 1024-byte address bits; the host adds the slack).
 template <class Smem>
@@ -119,12 +97,6 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarFreeE0 = 6,  // seesaw, pair schedule: an even tile's early column blocks free (its owner's V half)
-  kBarFreeL0 = 7,  // seesaw, pair schedule: an even tile's late column blocks free (the other's V half, P)
-  kBarFreeE1 = 8,  // seesaw, pair schedule: the same for an odd tile
-  kBarFreeL1 = 9,
-  kBarMax0 = 10,   // seesaw, pair schedule: warpgroup 0's max after its tile of the pair
-  kBarMax1 = 11,   // seesaw, pair schedule: the pair's max (warpgroup 1)
 };
 // named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
