@@ -402,6 +402,41 @@ for line in analysis.variant_summary(data.load_json("history/seesaw_prefetch_var
 # Both are slower at every shape, including 32k, whose prefix already sits in L2: what the loader
 # adds before a tile's copies costs the whole kernel. The fourteenth session's notes say why, and
 # what FlashMLA's token-gathering decode kernel does instead.
+#
+# **Can a page-size-1 gather keep up, and which of FlashMLA's mechanisms would close our gap?**
+# FlashMLA's sparse prefill has our kernel's layout (two math warpgroups, a `cp.async` loader,
+# single-token gathers). Beside it and FlashMLA's dense decode in one run, then each of its
+# mechanisms built into ours and timed beside the default build (recorded, not re-measured here):
+
+# %%
+sparse_doc = data.load_json("history/peers_sparse_h200.json")
+sdf = analysis.add_roofline(data.sweep_frame(sparse_doc), sparse_doc["ceilings"])
+stab = analysis.peer_table(sdf)
+stab["flashmla_sparse / flashmla"] = stab["flashmla_sparse"] / stab["flashmla"]
+print(
+    stab[["context", "heads", "nodes", "native / flashmla", "flashmla_sparse / flashmla"]]
+    .round(2)
+    .to_string(index=False)
+)
+mech = {
+    name: data.load_json(f"history/seesaw_{name}_variants_h200.json")
+    for name in ("l2_prefetch", "pair", "loader", "stsm")
+}
+for name, doc in mech.items():
+    for line in analysis.variant_summary(doc):
+        print(f"[{name}] {line}")
+spread = analysis.default_spread(mech)
+for ps, g in spread.groupby(level="page_size"):
+    print(f"the default build itself, run to run, page size {ps}: up to {g['max / min'].max():.3f}x")
+
+# %% [markdown]
+# The sparse prefill is slower than ours at 64 heads, where it has only one CTA per node (65
+# CTAs). At 128 heads it runs the same grid as ours and comes closer to the dense decode than ours
+# does. Yet none of its mechanisms, moved into our kernel one at a time (its L2
+# prefetch size, its pair schedule, one instruction per copy, `stmatrix` for P), is faster than
+# the default build at the median of its shapes. The single shapes move both ways by about as much
+# as the default build moves from run to run. The fifteenth session's notes in
+# `docs/kernel_notes.md` say what is left.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -198,6 +198,39 @@ def test_recorded_variants_and_trace_tables():
     assert (tr["period"] > 0).all() and (tr["load_issue"] > 0).all()
 
 
+def test_recorded_fifteenth_session_mechanisms():
+    """The recordings behind the fifteenth session's notes: FlashMLA's mechanisms one at a time.
+    The address and store changes are bit-identical to the default build; the pair schedule sums in
+    another order, so it is not, and its float64 checks pass instead. The default build's spread
+    across the four runs is what a single run's ratio is read against."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    docs = {
+        n: data.load_json(f"history/seesaw_{n}_variants_h200.json") for n in ("l2_prefetch", "pair", "loader", "stsm")
+    }
+    for name, doc in docs.items():
+        for r in doc["identity"]:
+            assert r["bit_identical"] == ("TV_PAIR" not in r["defines"]), (name, r["defines"])
+    checks = data.load_json("history/native_check_seesaw_pair_h200.json")["results"]
+    assert len(checks) == 12 and all(passed(r) and r["defines"] == {"TV_PAIR": 1} for r in checks)
+    spread = analysis.default_spread(docs)
+    assert (spread["max / min"] >= 1).all() and len(spread) == 12
+    peers = data.load_json("history/peers_sparse_h200.json")
+    assert {r["impl"] for r in peers["rows"]} == {"native", "flashmla", "flashmla_sparse"}
+
+
+def test_default_spread_reads_each_runs_default_time():
+    from specdiag import analysis
+
+    def doc(ms):
+        return {"rows": [dict(impl="wgmma_seesaw", defines={}, context=1, heads=8, nodes=9, page_size=1, ms=ms)]}
+
+    t = analysis.default_spread({"a": doc(0.1), "b": doc(0.12)})
+    assert list(t.columns) == ["a", "b", "max / min"] and abs(t["max / min"].iloc[0] - 1.2) < 1e-12
+    assert analysis.default_spread({"a": doc(0.1)}).empty  # one run has no spread
+
+
 def test_recorded_ncu_comparison_table():
     from specdiag import analysis, data
 

@@ -20,6 +20,7 @@ __all__ = [
     "results_markdown",
     "variant_table",
     "variant_summary",
+    "default_spread",
     "trace_table",
     "NCU_FIELDS",
     "ncu_table",
@@ -261,6 +262,19 @@ def variant_summary(doc: dict) -> list[str]:
             same = f"; bit-identical in {int(mine.bit_identical.sum())} of {len(mine)} cases"
         lines.append(f"{build} / default: " + ", ".join(parts) + same)
     return lines
+
+
+def default_spread(docs: dict):
+    """The default build's time in several variants recordings (``docs``: name -> recording), one
+    row per shape and page size measured in at least two: each run's us, and max / min. A variant
+    whose ratio to the default stays inside that spread is not told apart from it by one run."""
+    import pandas as pd
+
+    cols = {name: variant_table(doc)["default_us"] for name, doc in docs.items()}
+    t = pd.DataFrame(cols)
+    t = t[t.notna().sum(axis=1) >= 2]
+    t["max / min"] = t.max(axis=1) / t.min(axis=1)
+    return t
 
 
 def trace_table(doc: dict):
