@@ -3,6 +3,7 @@ replayed), and the racecheck probe compiles."""
 
 import shutil
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -40,3 +41,25 @@ def test_racecheck_probe_compiles(tmp_path):
         ["nvcc", "-arch=sm_90", "-o", str(tmp_path / "probe"), str(sanitize.PROBE)], capture_output=True, text=True
     )
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_evict_last_probe_builds_both_copy_forms(tmp_path):
+    """tests/cuda/evict_last_probe.cu (data/history/evict_last_probe_h200.json) builds, and both
+    its modes (plain, and with an L2 cache-policy operand) become 256-byte-prefetch copies."""
+    from specdiag import kernels
+
+    src = Path(__file__).parent / "cuda" / "evict_last_probe.cu"
+    cubin = tmp_path / "probe.cubin"
+    res = subprocess.run(
+        ["nvcc", "-gencode", "arch=compute_90a,code=sm_90a", "-cubin", "-o", str(cubin), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    exe = kernels.find_cuobjdump()
+    if exe is None:
+        pytest.skip("no cuobjdump")
+    sass = subprocess.run([exe, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    copies = [ln for ln in sass.splitlines() if "LDGSTS" in ln]
+    assert len(copies) == 2 and all("LTC256B" in ln for ln in copies)
