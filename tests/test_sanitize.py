@@ -1,5 +1,5 @@
 """specdiag.bench.sanitize's reading of compute-sanitizer's reports (no GPU: the tool's output is
-replayed), and the racecheck probe compiles."""
+replayed), and the racecheck and evict-last probes compile."""
 
 import shutil
 import subprocess
