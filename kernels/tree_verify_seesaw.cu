@@ -33,6 +33,10 @@
 #ifndef TV_TRACE
 #define TV_TRACE 0
 #endif
+#ifndef TV_SHARE
+#define TV_SHARE 0  // 1: clusters of two row blocks share each tile: each CTA copies half its rows and
+                    // forwards them to the other (bulk shared::cluster copies) once landed
+#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -76,6 +80,10 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
+#if TV_SHARE
+  uint64_t half[STAGES][PARTS];   // mbarriers: this CTA's half of the part has landed (to forward)
+  uint64_t peer_free[STAGES];     // mbarriers: the other CTA's stage is free (its loader arrives)
+#endif
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -151,24 +159,53 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
+#if TV_SHARE
+  // the other CTA of the cluster takes the other half of every tile's rows
+  const uint32_t rank = cluster_ctarank(), peer = rank ^ 1;
+  const uint32_t half0 = smem_u32(sm.half), peer_free0 = smem_u32(sm.peer_free);
+  const auto half = [&](int tile, int part) { return half0 + 8 * ((tile & 1) * PARTS + part); };
+  constexpr uint32_t HALF_BLOCK = BN / 2 * 128;  // 32 rows of one column block: 4 KB, contiguous
+#endif
   if (tid == 0) {
+#if TV_SHARE
+    // full: the loader's 128 threads (cp.async.mbarrier.arrive) and the owner's forwarder, which
+    // expects the other CTA's half in bytes; half: the loader's 128 threads
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG + 1);
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(half0 + 8 * i, WG);
+    for (int i = 0; i < STAGES; ++i) mbar_init(peer_free0 + 8 * i, 1);
+#else
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
+#endif
     mbar_fence_init();
   }
   __syncthreads();  // the only CTA-wide barrier
+#if TV_SHARE
+  cluster_sync();  // the other CTA's mbarriers are initialised before any remote arrival
+#endif
 
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
     if (n > 0) {
       const int t = tid - 2 * WG;
+#if TV_SHARE
+      constexpr int ROWS_T = BN / (WG / 8) / 2;  // 2 rows of a tile per thread: this CTA's half
+      const auto row_of = [&](int i) { return load_row<WG>(t, 2 * (int)rank + i); };
+#else
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
+      const auto row_of = [&](int i) { return load_row<WG>(t, i); };
+#endif
       auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
         if constexpr (runs(kSkipPages)) {
+#if TV_SHARE
+#pragma unroll
+          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::key_page(p, w, (w.tile_begin + tile) * BN + row_of(i), b);
+#else
           tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
+#endif
         } else {
 #pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
+          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + row_of(i));
         }
       };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
@@ -178,7 +215,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         const __nv_bfloat16* src[ROWS_T];
         int bytes[ROWS_T];
 #pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src[i], bytes[i]);
+        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + row_of(i), pg[i], b, src[i], bytes[i]);
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
@@ -186,9 +223,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
-              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
+              const uint32_t dst = stage(tile) + tile_offset(BN, row_of(i), chunk);
               if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
+#if TV_SHARE
+          cp_async_mbar_arrive(half(tile, part));
+#endif
           cp_async_mbar_arrive(full(tile, part));
         }
       };
@@ -206,6 +246,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
+#if TV_SHARE
+        if (t == 0) mbar_arrive_cluster(mapa_shared(peer_free0 + 8 * (j & 1), peer));  // the other may forward tile j + 2 here
+#endif
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
@@ -214,6 +257,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       cp_async_wait<0>();
       trace_kernel(2, kDone);
     }
+#if TV_SHARE
+    cluster_sync();  // neither CTA leaves while the other may still copy from or into it
+#endif
     return;
   }
 
@@ -275,6 +321,22 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
+#if TV_SHARE
+        {  // the owner forwards this CTA's half of the part to the other CTA (one thread copies)
+          // the other CTA's stage is free: its loader arrived after tile t - 2 left it (tiles 0
+          // and 1 wait on the phase before a fresh mbarrier's first, which has completed)
+          if (part == 0) mbar_wait_cluster(peer_free0 + 8 * (t & 1), ((t >> 1) + 1) & 1);
+          mbar_wait(half(t, part), (t >> 1) & 1);
+          fence_proxy_async();  // cp.async (generic proxy) writes -> the bulk copy (async proxy) reads
+          const bool one = (tid & 127) == 0;
+#pragma unroll
+          for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
+            const uint32_t at = stage(t) + c * BN * 128 + rank * HALF_BLOCK;
+            bulk_copy_to_cta_if(one, mapa_shared(at, peer), at, HALF_BLOCK, mapa_shared(full(t, part), peer));
+          }
+          mbar_arrive_expect_tx_if(one, full(t, part), PART_BLOCKS * HALF_BLOCK);
+        }
+#endif
         mbar_wait(full(t, part), (t >> 1) & 1);
         if (part == 0) trace(C, t, kPart0);
         if (part == PARTS - 1) trace(C, t, kPartsAll);
@@ -369,10 +431,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
   trace_kernel(c, kDone);
+#if TV_SHARE
+  cluster_sync();
+#endif
 }
 
 }  // namespace tvsee
 
 #ifndef TV_LAYOUT_ONLY
+#if TV_SHARE
+TV_DEFINE_PARTIAL_KERNEL_ATTRS(tvsee, tree_verify_partial_seesaw, __cluster_dims__(2, 1, 1))
+#else
 TV_DEFINE_PARTIAL_KERNEL(tvsee, tree_verify_partial_seesaw)
+#endif
 #endif  // TV_LAYOUT_ONLY
