@@ -210,6 +210,29 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
+#if TV_SHARE
+      // warp 0 forwards this CTA's half of `tile` to the other CTA once it has landed there, and
+      // expects the other's half in bytes (one thread copies; the whole warp waits)
+      auto forward = [&](int tile) {
+        if (t >= 32) return;
+        // the other CTA's stage is free: its loader arrived after tile - 2 left it (tiles 0 and 1
+        // wait on the phase before a fresh mbarrier's first, which has completed)
+        mbar_wait_cluster(peer_free0 + 8 * (tile & 1), ((tile >> 1) + 1) & 1);
+#pragma unroll
+        for (int part = 0; part < PARTS; ++part) {
+          mbar_wait(half(tile, part), (tile >> 1) & 1);
+          fence_proxy_async();  // cp.async (generic proxy) writes -> the bulk copy (async proxy) reads
+#pragma unroll
+          for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
+            const uint32_t at = stage(tile) + c * BN * 128 + rank * HALF_BLOCK;
+            bulk_copy_to_cta_if(t == 0, mapa_shared(at, peer), at, HALF_BLOCK, mapa_shared(full(tile, part), peer));
+          }
+          mbar_arrive_expect_tx_if(t == 0, full(tile, part), PART_BLOCKS * HALF_BLOCK);
+        }
+      };
+#else
+      auto forward = [](int) {};
+#endif
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
         const __nv_bfloat16* src[ROWS_T];
@@ -240,6 +263,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(1, pg);
         load_tile(1, pg);
       }
+      forward(0);
+      if (n > 1) forward(1);
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
@@ -252,6 +277,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
+        // (not later: the other CTA's EMPTY (j + 1) waits for this half, and ours for its)
+        forward(j + 2);
       }
       trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
@@ -321,22 +348,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
-#if TV_SHARE
-        {  // the owner forwards this CTA's half of the part to the other CTA (one thread copies)
-          // the other CTA's stage is free: its loader arrived after tile t - 2 left it (tiles 0
-          // and 1 wait on the phase before a fresh mbarrier's first, which has completed)
-          if (part == 0) mbar_wait_cluster(peer_free0 + 8 * (t & 1), ((t >> 1) + 1) & 1);
-          mbar_wait(half(t, part), (t >> 1) & 1);
-          fence_proxy_async();  // cp.async (generic proxy) writes -> the bulk copy (async proxy) reads
-          const bool one = (tid & 127) == 0;
-#pragma unroll
-          for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-            const uint32_t at = stage(t) + c * BN * 128 + rank * HALF_BLOCK;
-            bulk_copy_to_cta_if(one, mapa_shared(at, peer), at, HALF_BLOCK, mapa_shared(full(t, part), peer));
-          }
-          mbar_arrive_expect_tx_if(one, full(t, part), PART_BLOCKS * HALF_BLOCK);
-        }
-#endif
         mbar_wait(full(t, part), (t >> 1) & 1);
         if (part == 0) trace(C, t, kPart0);
         if (part == PARTS - 1) trace(C, t, kPartsAll);

@@ -126,6 +126,19 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
     assert copies(kernels.sass(spec.source)) == (0, tiles + q)
 
 
+@needs_sass
+def test_share_build_forwards_halves_by_bulk_copies_in_clusters():
+    """TV_SHARE=1 (clusters of two row blocks share each tile): no spills and no serialised wgmma,
+    27 bulk shared::cluster copies (9 column blocks at 3 call sites), the cluster barriers at
+    start and end, and a remote mbarrier arrival; the default build has none of them."""
+    spec = KERNELS["wgmma_seesaw"]
+    f = kernels.nvcc_check(spec.source, defines={"TV_SHARE": 1})[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+    share, default = kernels.sass(spec.source, defines={"TV_SHARE": 1}), kernels.sass(spec.source)
+    assert share.count("UBLKCP") == 27 and share.count("UCGABAR_WAIT") == 3 and ".RED.A1T0" in share
+    assert "UBLKCP" not in default and "UCGABAR" not in default
+
+
 @pytest.mark.gpu
 def test_trace_and_variants_on_the_gpu():
     """The traced build's output is the default build's bit for bit, and its timeline is whole:
