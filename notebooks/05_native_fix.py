@@ -420,7 +420,7 @@ print(
 )
 mech = {
     name: data.load_json(f"history/seesaw_{name}_variants_h200.json")
-    for name in ("l2_prefetch", "pair", "loader", "stsm")
+    for name in ("l2_prefetch", "pair", "loader", "stsm", "share_v1")
 }
 for name, doc in mech.items():
     for line in analysis.variant_summary(doc):
@@ -435,8 +435,10 @@ for ps, g in spread.groupby(level="page_size"):
 # does. Yet none of its mechanisms, moved into our kernel one at a time (its L2
 # prefetch size, its pair schedule, one instruction per copy, `stmatrix` for P), is faster than
 # the default build at the median of its shapes. The single shapes move both ways by about as much
-# as the default build moves from run to run. The fifteenth session's notes in
-# `docs/kernel_notes.md` say what is left.
+# as the default build moves from run to run. The last line (`share_v1`) is a first build of the
+# lever that is left: two CTAs that read the same keys copy half of each tile each and forward it
+# to the other. It is correct and much slower as first built; the fifteenth session's notes in
+# `docs/kernel_notes.md` say why and what the next build changes.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -215,12 +215,13 @@ def test_recorded_fifteenth_session_mechanisms():
     """The recordings behind the fifteenth session's notes: FlashMLA's mechanisms one at a time.
     The address and store changes are bit-identical to the default build; the pair schedule sums in
     another order, so it is not, and its float64 checks pass instead. The default build's spread
-    across the four runs is what a single run's ratio is read against."""
+    across the five runs is what a single run's ratio is read against."""
     from specdiag import analysis, data
     from specdiag.bench.checks import passed
 
     docs = {
-        n: data.load_json(f"history/seesaw_{n}_variants_h200.json") for n in ("l2_prefetch", "pair", "loader", "stsm")
+        n: data.load_json(f"history/seesaw_{n}_variants_h200.json")
+        for n in ("l2_prefetch", "pair", "loader", "stsm", "share_v1")
     }
     for name, doc in docs.items():
         for r in doc["identity"]:
