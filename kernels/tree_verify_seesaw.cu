@@ -168,7 +168,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #endif
   if (tid == 0) {
 #if TV_SHARE
-    // full: the loader's 128 threads (cp.async.mbarrier.arrive) and the owner's forwarder, which
+    // full: the loader's 128 threads (cp.async.mbarrier.arrive) and its forwarding thread, which
     // expects the other CTA's half in bytes; half: the loader's 128 threads
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG + 1);
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(half0 + 8 * i, WG);
