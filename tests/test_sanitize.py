@@ -63,3 +63,13 @@ def test_evict_last_probe_builds_both_copy_forms(tmp_path):
     sass = subprocess.run([exe, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     copies = [ln for ln in sass.splitlines() if "LDGSTS" in ln]
     assert len(copies) == 2 and all("LTC256B" in ln for ln in copies)
+
+
+def test_probe_modes_are_the_probes_own():
+    """bench.sanitize runs each mode the probe's main() knows, and no other (a mode named in one
+    place only would be skipped, or fail as unknown)."""
+    import re
+
+    text = sanitize.PROBE.read_text()
+    listed = re.search(r"const char\* modes\[\] = \{([^}]*)\}", text).group(1)
+    assert set(re.findall(r'"(\w+)"', listed)) == set(sanitize.PROBE_MODES)

@@ -12,6 +12,10 @@
 //   seesaw: pingpong_then_sync with the seesaw's loader: a third warp waits on barrier 4 (96
 //     threads) before each of its rounds, which the two others arrive on as they finish a round,
 //     then exits; the final swap goes through barrier 5 (64 threads).
+//   seesaw_wg: the seesaw's hand-offs at the kernel's own sizes: 384 threads, two warpgroups of
+//     four warps that hand rows over through 256-thread barriers (each thread reads a value another
+//     warp wrote; the writer arrives, the reader syncs: Write-then-Read), the final swap through a
+//     256-thread bar.sync; the third warpgroup exits at once.
 // Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
 // racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
 #include <cstdio>
@@ -19,7 +23,45 @@
 
 constexpr int ROUNDS = 6;
 
+constexpr int WG_THREADS = 128;
+
+// seesaw_wg (see the header): warpgroups 0 and 1 take rounds in turn
+__device__ void handoff_wg(int* out) {
+  __shared__ int rows[2][WG_THREADS];
+  __shared__ int sums[2][WG_THREADS];
+  const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
+  const int other = (i + 32) % WG_THREADS;  // a thread of another warp
+  if (wg == 2) {
+    out[threadIdx.x] = 0;
+    return;
+  }
+  int sum = 0;
+  for (int r = 0; r < ROUNDS; ++r) {
+    if (r % 2 == wg) {
+      rows[r % 2][i] = r * 1000 + i;
+      if (r % 2)
+        asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+      else
+        asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+    } else {
+      if (r % 2)
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+      else
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      sum += rows[r % 2][other] - r * 1000 - other;
+    }
+  }
+  sums[wg][i] = wg + 1;
+  asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  sum += sums[wg ^ 1][other] - ((wg ^ 1) + 1);
+  out[threadIdx.x] = sum;
+}
+
 __global__ void handoff(int* out, int mode, int id) {
+  if (mode == 8) {
+    handoff_wg(out);
+    return;
+  }
   __shared__ int box[2][32];
   __shared__ int last[2][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -75,21 +117,24 @@ __global__ void handoff(int* out, int mode, int id) {
 
 int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
-  const char* modes[] = {"sync", "arrive", "arrive_reg", "pingpong", "pingpong_sync", "sync_partial", "pingpong_then_sync", "seesaw"};
+  const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
+                         "pingpong_then_sync", "seesaw", "seesaw_wg"};
   int mode = -1;
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 9; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);
     return 2;
   }
+  const int threads = mode == 8 ? 3 * WG_THREADS : mode == 5 || mode == 7 ? 96 : 64;
+  const int written = mode == 8 ? threads : 64;  // the modes of warps write two warps' worth
   int* out;
-  cudaMalloc(&out, 64 * sizeof(int));
-  handoff<<<1, mode == 5 || mode == 7 ? 96 : 64>>>(out, mode == 5 ? 0 : mode, 1);
-  int host[64];
-  cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost);
+  cudaMalloc(&out, 384 * sizeof(int));
+  handoff<<<1, threads>>>(out, mode == 5 ? 0 : mode, 1);
+  int host[384];
+  cudaMemcpy(host, out, written * sizeof(int), cudaMemcpyDeviceToHost);
   int bad = 0;
-  for (int i = 0; i < 64; ++i) bad += host[i] != 0;
+  for (int i = 0; i < written; ++i) bad += host[i] != 0;
   printf("%s: %d wrong\n", name, bad);
   return bad != 0;
 }

@@ -37,6 +37,7 @@ PROBE_MODES = (
     "pingpong_sync",
     "pingpong_then_sync",
     "seesaw",
+    "seesaw_wg",
 )
 
 __all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "run_workload", "sanitize", "probe"]
