@@ -202,6 +202,30 @@ __device__ __forceinline__ void bulk_copy_to_cta_if(bool pred, uint32_t dst, uin
       "r"(src), "r"(bytes), "r"(bar), "r"((int)pred)
       : "memory");
 }
+// 16 bytes of global memory at `src` into registers where `pred` (else zeros): the read-only
+// path, not kept in L1
+__device__ __forceinline__ uint4 ld_global_nc_v4_if(bool pred, const void* src) {
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(src), "r"((int)pred));
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t dst, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+// 16 bytes from registers to `dst` in another CTA of the cluster (mapa addresses for dst and its
+// mbarrier), counted in bytes on that mbarrier once written
+__device__ __forceinline__ void st_async_v4(uint32_t dst, uint4 v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+}
+// one plain arrival on an mbarrier of this CTA (release: this thread's writes so far)
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
 // a warpgroup's register budget per thread (sm_90a; all 128 threads, warp-aligned): the
 // warp-specialised kernels give the loads' warpgroup few and the math's many
 template <int N>
