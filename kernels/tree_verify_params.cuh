@@ -44,10 +44,8 @@ struct VerifyParams {
 
 // A partial kernel's entry point: NS::verify_partial on NS::NT threads (one CTA per SM), with the
 // module's exported launch shape.
-#define TV_DEFINE_PARTIAL_KERNEL(NS, ENTRY) TV_DEFINE_PARTIAL_KERNEL_ATTRS(NS, ENTRY, )
-// the same with kernel attributes ATTRS (e.g. __cluster_dims__)
-#define TV_DEFINE_PARTIAL_KERNEL_ATTRS(NS, ENTRY, ATTRS)                                          \
+#define TV_DEFINE_PARTIAL_KERNEL(NS, ENTRY)                                                       \
   TV_EXPORT_CONFIG(NS::NT, NS::BM, NS::BN, NS::SMEM_BYTES)                                        \
-  extern "C" __global__ void ATTRS __launch_bounds__(NS::NT, 1) ENTRY(const __grid_constant__ tv::VerifyParams p) { \
+  extern "C" __global__ void __launch_bounds__(NS::NT, 1) ENTRY(const __grid_constant__ tv::VerifyParams p) { \
     NS::verify_partial(p);                                                                        \
   }

@@ -33,19 +33,6 @@
 #ifndef TV_TRACE
 #define TV_TRACE 0
 #endif
-#ifndef TV_SHARE
-#define TV_SHARE 0  // clusters of two row blocks share each tile, each CTA loading half its rows:
-                    // 1: cp.async, forwarded to the other by bulk shared::cluster copies once landed;
-                    // 2: through registers a tile ahead, stored here and into the other (st.async)
-#endif
-#ifndef TV_SHARE_ORDER
-#define TV_SHARE_ORDER 0  // TV_SHARE=2, an experiment: 1 stores the other CTA's copy after all local parts
-#endif
-#ifndef TV_HYBRID
-#define TV_HYBRID 0  // an experiment: 1, 2: each loader thread's first 1 or 2 rows of a tile (16 or 32
-                     // of the 64) through registers read a tile ahead, stored once the stage is free;
-                     // the other rows by cp.async
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -89,13 +76,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
-#if TV_SHARE == 1
-  uint64_t half[STAGES][PARTS];   // mbarriers: this CTA's half of the part has landed (to forward)
-  uint64_t recv[STAGES][PARTS];   // mbarriers: the other CTA's half of the part has landed here (bytes)
-#endif
-#if TV_SHARE
-  uint64_t peer_free[STAGES];     // mbarriers: the other CTA's stage is free (its loader arrives)
-#endif
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -171,254 +151,34 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
-#if TV_SHARE
-  // the other CTA of the cluster takes the other half of every tile's rows
-  const uint32_t rank = cluster_ctarank(), peer = rank ^ 1;
-  const uint32_t peer_free0 = smem_u32(sm.peer_free);
-  constexpr uint32_t HALF_BLOCK = BN / 2 * 128;  // 32 rows of one column block: 4 KB, contiguous
-#endif
-#if TV_SHARE == 1
-  const uint32_t half0 = smem_u32(sm.half), recv0 = smem_u32(sm.recv);
-  const auto half = [&](int tile, int part) { return half0 + 8 * ((tile & 1) * PARTS + part); };
-  const auto recv = [&](int tile, int part) { return recv0 + 8 * ((tile & 1) * PARTS + part); };
-#endif
   if (tid == 0) {
-#if TV_SHARE == 1
-    // full: the loader's 128 threads (cp.async.mbarrier.arrive), its forwarding thread once the
-    // other's half is here, and the other's once ours is there (its source reads are done before
-    // P overwrites the rope block or the stage is reloaded); half: the loader's 128 threads;
-    // recv: the forwarding thread, expecting the other's half in bytes
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG + 2);
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(half0 + 8 * i, WG);
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(recv0 + 8 * i, 1);
-#elif TV_SHARE == 2
-    // full: the loader's 128 threads once their stores are done, and its thread 0 expecting the
-    // other's half in bytes (st.async)
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG + 1);
-#elif TV_HYBRID
-    // full: the loader's 128 threads twice, once their stores are done and once their copies land
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, 2 * WG);
-#else
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
-#endif
-#if TV_SHARE
-    for (int i = 0; i < STAGES; ++i) mbar_init(peer_free0 + 8 * i, 1);
-#endif
     mbar_fence_init();
   }
   __syncthreads();  // the only CTA-wide barrier
-#if TV_SHARE
-  cluster_sync();  // the other CTA's mbarriers are initialised before any remote arrival
-#endif
 
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
     if (n > 0) {
       const int t = tid - 2 * WG;
-#if TV_SHARE
-      constexpr int ROWS_T = BN / (WG / 8) / 2;  // 2 rows of a tile per thread: this CTA's half
-      const auto row_of = [&](int i) { return load_row<WG>(t, 2 * (int)rank + i); };
-#else
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      const auto row_of = [&](int i) { return load_row<WG>(t, i); };
-#endif
       auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
         if constexpr (runs(kSkipPages)) {
-#if TV_SHARE
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::key_page(p, w, (w.tile_begin + tile) * BN + row_of(i), b);
-#else
           tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
-#endif
         } else {
 #pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + row_of(i));
+          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
         }
       };
-#if TV_SHARE == 2
-      // this thread's 18 chunks of a tile (2 rows x 9 column blocks of this CTA's half) pass
-      // through registers: read a tile ahead of their stage, then stored here and into the other
-      // CTA's stage, where they count in bytes on its part's mbarrier
-      uint4 kv[ROWS_T][NB];
-      const uint32_t peer_stage0 = mapa_shared(sK, peer);
-      auto fetch = [&](int tile, const int (&pg)[ROWS_T]) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) {
-          const __nv_bfloat16* src;
-          int bytes;
-          tvc::key_row_in(p, w, tok0 + row_of(i), pg[i], b, src, bytes);
-#pragma unroll
-          for (int c = 0; c < NB; ++c) kv[i][c] = ld_global_nc_v4_if(bytes != 0, src + load_chunk(t, c) * 8);
-        }
-      };
-      auto store = [&](int tile) {
-        // the other CTA's stage is free: its loader arrived after tile - 2 left it (tiles 0 and 1
-        // wait on the phase before a fresh mbarrier's first, which has completed)
-        mbar_wait_cluster(peer_free0 + 8 * (tile & 1), ((tile >> 1) + 1) & 1);
-        const auto to_peer = [&](int part) {
-          const uint32_t peer_full = mapa_shared(full(tile, part), peer);
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i)
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c)
-              st_async_v4(peer_stage0 + (tile & 1) * TILE_B + tile_offset(BN, row_of(i), load_chunk(t, c)), kv[i][c], peer_full);
-        };
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-          mbar_arrive_expect_tx_if(t == 0, full(tile, part), PART_BLOCKS * HALF_BLOCK);
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i)
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c)
-              st_shared_v4(stage(tile) + tile_offset(BN, row_of(i), load_chunk(t, c)), kv[i][c]);
-          if (!TV_SHARE_ORDER) to_peer(part);
-          if (part == 0) trace(2, tile, kPartsAll);
-          fence_proxy_async();  // st.shared (generic proxy) -> wgmma (async proxy) reads
-          mbar_arrive(full(tile, part));
-          if (part == 0) trace(2, tile, kQKDone);
-        }
-        if (TV_SHARE_ORDER)
-#pragma unroll
-          for (int part = 0; part < PARTS; ++part) to_peer(part);
-      };
-      load_q<BM, WG>(p, sQ, t, b, row0);
-      int pg[ROWS_T];
-      pages_of(0, pg);
-      fetch(0, pg);
-      cp_async_wait<0>();  // Q has landed before tile 0's arrivals
-      store(0);
-      for (int j = 1; j < 3 && j < n; ++j) {
-        pages_of(j, pg);
-        fetch(j, pg);
-        if (j < 2) store(j);
-      }
-      if (n > 3) pages_of(3, pg);
-      for (int j = 0; j + 2 < n; ++j) {
-        trace(2, j + 2, kTop);
-        bar_sync(bar_empty(j), NT);  // both math warpgroups are done with tile j (as below)
-        if (t == 0) mbar_arrive_cluster(mapa_shared(peer_free0 + 8 * (j & 1), peer));
-        trace(2, j + 2, kOtherP);
-        store(j + 2);
-        trace(2, j + 2, kPart0);
-        if (j + 3 < n) {
-          fetch(j + 3, pg);
-          if (j + 4 < n) pages_of(j + 4, pg);
-        }
-      }
-#elif TV_HYBRID
-      // rows i = 0, 1 of this thread (load_row) through registers, read a tile ahead; rows 2, 3
-      // by cp.async once the stage is free
-      constexpr int RR = TV_HYBRID;
-      uint4 kv[RR][NB];
-      auto fetch = [&](int tile, const int (&pg)[ROWS_T]) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-#pragma unroll
-        for (int i = 0; i < RR; ++i) {
-          const __nv_bfloat16* src;
-          int bytes;
-          tvc::key_row_in(p, w, tok0 + row_of(i), pg[i], b, src, bytes);
-#pragma unroll
-          for (int c = 0; c < NB; ++c) kv[i][c] = ld_global_nc_v4_if(bytes != 0, src + load_chunk(t, c) * 8);
-        }
-      };
-      auto stores = [&](int tile) {
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-#pragma unroll
-          for (int i = 0; i < RR; ++i)
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c)
-              st_shared_v4(stage(tile) + tile_offset(BN, row_of(i), load_chunk(t, c)), kv[i][c]);
-          fence_proxy_async();  // st.shared (generic proxy) -> wgmma (async proxy) reads
-          mbar_arrive(full(tile, part));
-        }
-      };
-      auto copies = [&](int tile, const int (&pg)[ROWS_T]) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-        const __nv_bfloat16* src[ROWS_T];
-        int bytes[ROWS_T];
-#pragma unroll
-        for (int i = RR; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + row_of(i), pg[i], b, src[i], bytes[i]);
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-#pragma unroll
-          for (int i = RR; i < ROWS_T; ++i)
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const int chunk = load_chunk(t, c);
-              cp_async16(stage(tile) + tile_offset(BN, row_of(i), chunk), src[i] + chunk * 8, bytes[i]);
-            }
-          cp_async_mbar_arrive(full(tile, part));
-        }
-      };
-      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
-        stores(tile);
-        copies(tile, pg);
-      };
-      load_q<BM, WG>(p, sQ, t, b, row0);
-      int pg[ROWS_T];
-      for (int j = 0; j < 2 && j < n; ++j) {
-        pages_of(j, pg);
-        fetch(j, pg);
-        load_tile(j, pg);
-      }
-      if (n > 2) {
-        pages_of(2, pg);
-        fetch(2, pg);
-      }
-      for (int j = 0; j + 2 < n; ++j) {
-        trace(2, j + 2, kTop);
-        bar_sync(bar_empty(j), NT);  // both math warpgroups are done with tile j (as below)
-        trace(2, j + 2, kOtherP);
-        load_tile(j + 2, pg);
-        trace(2, j + 2, kPart0);
-        if (j + 3 < n) {
-          pages_of(j + 3, pg);
-          fetch(j + 3, pg);
-        }
-      }
-#else
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
-#if TV_SHARE
-      // warp 0 forwards this CTA's half of `tile` to the other CTA once it has landed there, and
-      // expects the other's half in bytes (one thread copies; the whole warp waits)
-      auto forward = [&](int tile) {
-        if (t >= 32) return;
-        // the other CTA's stage is free: its loader arrived after tile - 2 left it (tiles 0 and 1
-        // wait on the phase before a fresh mbarrier's first, which has completed)
-        mbar_wait_cluster(peer_free0 + 8 * (tile & 1), ((tile >> 1) + 1) & 1);
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-          mbar_wait(half(tile, part), (tile >> 1) & 1);
-          fence_proxy_async();  // cp.async (generic proxy) writes -> the bulk copy (async proxy) reads
-#pragma unroll
-          for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-            const uint32_t at = stage(tile) + c * BN * 128 + rank * HALF_BLOCK;
-            bulk_copy_to_cta_if(t == 0, mapa_shared(at, peer), at, HALF_BLOCK, mapa_shared(recv(tile, part), peer));
-          }
-          mbar_arrive_expect_tx_if(t == 0, recv(tile, part), PART_BLOCKS * HALF_BLOCK);
-        }
-#pragma unroll
-        for (int part = 0; part < PARTS; ++part) {
-          mbar_wait_cluster(recv(tile, part), (tile >> 1) & 1);
-          if (t == 0) {
-            mbar_arrive_cluster(mapa_shared(full(tile, part), rank));  // the other's half is here
-            mbar_arrive_cluster(mapa_shared(full(tile, part), peer));  // ours is there: read out
-          }
-        }
-      };
-#else
-      auto forward = [](int) {};
-#endif
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
         const __nv_bfloat16* src[ROWS_T];
         int bytes[ROWS_T];
 #pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + row_of(i), pg[i], b, src[i], bytes[i]);
+        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src[i], bytes[i]);
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
@@ -426,12 +186,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
-              const uint32_t dst = stage(tile) + tile_offset(BN, row_of(i), chunk);
+              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
               if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
-#if TV_SHARE
-          cp_async_mbar_arrive(half(tile, part));
-#endif
           cp_async_mbar_arrive(full(tile, part));
         }
       };
@@ -443,31 +200,20 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(1, pg);
         load_tile(1, pg);
       }
-      forward(0);
-      if (n > 1) forward(1);
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
-#if TV_SHARE
-        if (t == 0) mbar_arrive_cluster(mapa_shared(peer_free0 + 8 * (j & 1), peer));  // the other may forward tile j + 2 here
-#endif
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
-        // (not later: the other CTA's EMPTY (j + 1) waits for this half, and ours for its)
-        forward(j + 2);
       }
-#endif  // TV_SHARE == 2
       trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
       trace_kernel(2, kDone);
     }
-#if TV_SHARE
-    cluster_sync();  // neither CTA leaves while the other may still copy from or into it
-#endif
     return;
   }
 
@@ -623,17 +369,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
   trace_kernel(c, kDone);
-#if TV_SHARE
-  cluster_sync();
-#endif
 }
 
 }  // namespace tvsee
 
 #ifndef TV_LAYOUT_ONLY
-#if TV_SHARE
-TV_DEFINE_PARTIAL_KERNEL_ATTRS(tvsee, tree_verify_partial_seesaw, __cluster_dims__(2, 1, 1))
-#else
 TV_DEFINE_PARTIAL_KERNEL(tvsee, tree_verify_partial_seesaw)
-#endif
 #endif  // TV_LAYOUT_ONLY

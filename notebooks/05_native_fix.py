@@ -435,10 +435,31 @@ for ps, g in spread.groupby(level="page_size"):
 # does. Yet none of its mechanisms, moved into our kernel one at a time (its L2
 # prefetch size, its pair schedule, one instruction per copy, `stmatrix` for P), is faster than
 # the default build at the median of its shapes. The single shapes move both ways by about as much
-# as the default build moves from run to run. The last line (`share_v1`) is a first build of the
-# lever that is left: two CTAs that read the same keys copy half of each tile each and forward it
-# to the other. It is correct and much slower as first built; the fifteenth session's notes in
-# `docs/kernel_notes.md` say why and what the next build changes.
+# as the default build moves from run to run. The last line (`share_v1`) is a first build of
+# two CTAs that read the same keys copying half of each tile each and handing it to the other.
+#
+# **Does sharing each tile between two CTAs, or carrying part of it in registers, help?** The
+# sharing build with its hand-off fixed (`TV_SHARE=1`), one that stores each half from registers
+# into both CTAs (`TV_SHARE=2`, after FlashMLA's sparse decode), and one without clusters that
+# fetches part of each tile into registers a tile ahead (`TV_HYBRID`), each timed beside the
+# default build and traced (recorded, not re-measured here):
+
+# %%
+for name in ("share_v2_v3", "share_order", "hybrid"):
+    for line in analysis.variant_summary(data.load_json(f"history/seesaw_{name}_variants_h200.json")):
+        print(f"[{name}] {line}")
+for name in ("share_v2_v3", "hybrid"):
+    t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json"))
+    print(t[["wait_part0", "period", "loader_wait_stage", "load_issue"]].to_string())
+
+# %% [markdown]
+# All are correct and all are slower. Halving a CTA's copies moves their cost into the hand-off
+# (a tile is whole only once both halves are in both CTAs, and a stage must be free in both);
+# carrying rows in registers moves it into the stores, and the math warpgroups slow down (those
+# builds also spill a few registers). Every
+# route into shared memory tried so far goes through the SM's load/store path that the math uses
+# too. So the lever is fewer instructions on that path for the same bytes, not fewer bytes from
+# L2: the sixteenth session's notes in `docs/kernel_notes.md` list what is left to try.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -158,9 +158,7 @@ class NativeTreeVerify:
         self._launches = (
             kernels.PreparedLaunch(
                 partial.function,
-                # TV_SHARE builds (an experiment of the seesaw kernel) run in clusters of two row
-                # blocks: an extra block of no rows pads an odd count
-                (plan.m_tiles + (plan.m_tiles % 2 if (defines or {}).get("TV_SHARE") else 0), plan.splits, b),
+                (plan.m_tiles, plan.splits, b),
                 (self.spec.threads, 1, 1),
                 packed,
                 shared=partial.smem_bytes,
