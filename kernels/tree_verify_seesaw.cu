@@ -92,8 +92,9 @@ struct Const {
 };
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
-// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2), in tv_trace; row
-// TRACE_TILES holds each warpgroup's whole-kernel events (KernelEvent).
+// math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2: its first warp in
+// slots 0..2, its last warp in slots 3..5), in tv_trace; row TRACE_TILES holds each warpgroup's
+// whole-kernel events (KernelEvent).
 constexpr int TRACE_TILES = 128;
 enum Event : int {
   kTop = 0,       // math: loop top, our P V (t - 2) done | loader: before waiting for tile t's stage
@@ -115,8 +116,10 @@ __device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
 #endif
 __device__ __forceinline__ void trace(int who, int t, Event e) {
 #if TV_TRACE
-  if ((threadIdx.x & 127) == 0 && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0)
-    tv_trace[who][t][e] = clock64();
+  if (t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) {
+    if ((threadIdx.x & 127) == 0) tv_trace[who][t][e] = clock64();
+    if (who == 2 && threadIdx.x == NT - 32) tv_trace[who][t][e + 3] = clock64();
+  }
 #endif
 }
 __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {

@@ -370,25 +370,49 @@ for (c, h, t, ps), g in tt.groupby(level=[0, 1, 2, 3]):
     g = g.droplevel([0, 1, 2, 3])
     one = g.period[[b for b in stage if b in g.index]]
     turn = 2 * g.period["default"]  # each math warpgroup takes every other tile
+    waits = g.wait_other_p["default"] + g.wait_part0["default"]
     print(
         f"{c:,} tokens x {h} heads x {t} nodes: {g.period['default']:.0f} cycles a tile. Each math warpgroup "
-        f"waits {g.wait_part0['default']:.0f} of its {turn:.0f}-cycle turn for its tile's first part; the loader "
-        f"takes {g.load_issue['default']:.0f} to issue a tile's copies. Without {stage[one.idxmin()]} the period "
+        f"waits {waits:.0f} of its {turn:.0f}-cycle turn for the other's P and its tile's first part; the "
+        f"loader waits {g.loader_wait_stage['default']:.0f} for a free stage, then takes "
+        f"{g.load_issue['default']:.0f} to issue a tile's copies. Without {stage[one.idxmin()]} the period "
         f"is {one.min():.0f}."
     )
 # the whole-kernel phases (first tile, steady loop, epilogue) where the recording has them
 tt[
-    ["period", "wait_part0", "load_issue", "load_to_all", "softmax"]
+    ["period", "wait_other_p", "wait_part0", "loader_wait_stage", "load_issue", "load_to_all", "softmax"]
     + [c for c in ("prologue", "loop", "epilogue") if c in tt]
 ]
 
 # %% [markdown]
-# The loads pace the kernel: each math warpgroup spends about half its turn waiting for its
-# tile. With many query rows the copies issue faster when a math stage is left out, most of all
-# Q K^T, whose operands are read from shared memory while the next tile is written there. At the
-# deployment's shape no single stage moves the period much: the page-size-1 rows from HBM pace it.
-# FlashMLA has the same design and keeps its loads ahead; `docs/kernel_notes.md` (thirteenth
-# session) lists the variants tried and what is left to try.
+# The timeline alone does not say which of the two a math warpgroup waits for: its clock read
+# right after the hand-off barrier may come back before the barrier does (below). Nsight
+# Compute's warp-stall sampling of the kernel without any timestamps tells them apart, per
+# SASS instruction, summed here per warp role (`python -m specdiag.bench stalls`; recorded, not
+# re-measured here):
+
+# %%
+stall_doc = data.load_json("history/ncu_stalls_seesaw_h200.json")
+print(analysis.stall_table(stall_doc).to_string())
+for r in stall_doc["runs"]:
+    for role, v in r["roles"].items():
+        for site in v["top"]:
+            share = 100 * site["samples"] / v["samples"]
+            if share >= 5:
+                print(f"{r['shape']} {role}: {share:.0f}% of its samples at [{site['index']}], after `{site['after']}`")
+
+# %% [markdown]
+# Both roles mostly wait at a barrier. The loader waits for a free stage (the named barrier in
+# `R10`: 1 or 2); the math warpgroups wait for each other's P (barrier 3, and barrier 4 a few
+# instructions before the second site). Waiting for a tile's data (the `long_sb` stalls at the
+# mbarrier's wait loop) is a small share. So the period is set by the schedule, not by the
+# copies: a warpgroup's Q K^T (t) is issued only once the other's P (t - 1) has arrived, and with
+# two stages a tile's load can start only when the tile two before it has left its stage. The
+# loader events of this trace come from a build whose clock read waits for the stage barrier (a
+# branch between them). In the builds before it (`data/trace_seesaw_h200.json` and the variants'
+# traces) the read came straight after the barrier and the wait showed as a few dozen cycles,
+# the rest counted as issuing: only the two together compare across builds.
+# `docs/kernel_notes.md` (sixteenth session) draws the design this points to.
 #
 # **Would asking L2 for the rows ahead help?** Two builds had the loader prefetch the tile after
 # next into L2 (one bulk prefetch per row, or 128-byte lines per thread). Both were measured beside

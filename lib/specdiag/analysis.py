@@ -24,6 +24,7 @@ __all__ = [
     "trace_table",
     "NCU_FIELDS",
     "ncu_table",
+    "stall_table",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -324,3 +325,20 @@ def ncu_table(doc: dict):
         row["busiest_pipe"] = pipe[1] if pipe else None
         rows.append(row)
     return pd.DataFrame(rows).set_index(["shape", "kernel"])
+
+
+def stall_table(doc: dict, reasons=("barrier", "long_sb", "wait", "selected", "no_inst")):
+    """A stall-sampling recording (``python -m specdiag.bench stalls``): one row per shape and warp
+    role, its samples and the share of them (%) each of ``reasons`` holds, the rest as ``other``."""
+    import pandas as pd
+
+    rows = []
+    for r in doc["runs"]:
+        for role, v in r["roles"].items():
+            total = v["samples"] or 1
+            row = dict(shape=r["shape"], role=role, samples=v["samples"])
+            for k in reasons:
+                row[k] = 100.0 * v["stalls"].get(k, 0) / total
+            row["other"] = 100.0 - sum(row[k] for k in reasons)
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["shape", "role"]).round(1)

@@ -21,6 +21,7 @@ MODES = {
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
     "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
     "trace": "the seesaw kernel's per-tile timeline (clock64 events of one CTA) per shape and variant",
+    "stalls": "where the seesaw kernel's warps wait: ncu's stall sampling per warp role (--shapes)",
 }
 
 
@@ -53,10 +54,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--page-sizes", default="1,64", help="variants, trace: comma-separated KV page sizes")
     ap.add_argument("--prefix-splits", type=int, default=None, help="trace: force the prefix split count")
-    ap.add_argument("--shapes", default=None, help="variants, trace: CONTEXTxHEADSxNODES,... (default: the mode's own)")
+    ap.add_argument(
+        "--shapes", default=None, help="variants, trace, stalls: CONTEXTxHEADSxNODES,... (default: the mode's own)"
+    )
     a = ap.parse_args(argv)
     variants = []
-    if a.mode in ("variants", "trace") or (a.mode == "check" and a.defines.strip()):
+    if a.mode in ("variants", "trace", "stalls") or (a.mode == "check" and a.defines.strip()):
         from .variants import parse_variants
 
         try:
@@ -127,6 +130,20 @@ def main(argv=None) -> int:
         bad = [r for r in rows if r["findings"] != 0 or r["exit_code"] != 0]
         print(f"{len(rows) - len(bad)} clean, {len(bad)} not")
         return 1 if bad else 0
+    if a.mode == "stalls":
+        import gzip
+        from pathlib import Path
+
+        from .stalls import STALL_SHAPES, parse_source_csv, profile, summarize
+
+        shapes = shapes or STALL_SHAPES
+        text = profile(shapes)
+        runs = summarize(parse_source_csv(text), shapes)
+        out = save(a.out, "stalls", {"shapes": [list(s) for s in shapes], "runs": runs})
+        raw = Path(out).with_suffix(".source.csv.gz")
+        raw.write_bytes(gzip.compress(text.encode()))
+        print(f"ncu's source page: {raw}")
+        return 0
     if a.mode == "engine":
         from ..attention.peers import sglang_provenance
         from .engine import engine_checks, engine_step_times

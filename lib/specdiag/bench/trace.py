@@ -21,7 +21,7 @@ __all__ = [
 TRACE_TILES = 128  # tvsee::TRACE_TILES; the buffer has one more row, the whole-kernel events
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
-LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's use of the first three slots
+LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
 KERNEL_EVENTS = ("entry", "loop_end", "done")  # tvsee::KernelEvent, in row TRACE_TILES
 
 # interval name -> (from event, to event), both of the tile's owner, in the kernel's order of steps
@@ -48,6 +48,8 @@ def intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     loader = ev[2, :n]
     out["loader_wait_stage"] = loader[:, 1] - loader[:, 0]
     out["load_issue"] = loader[:, 2] - loader[:, 1]
+    out["last_warp_wait_stage"] = loader[:, 4] - loader[:, 3]  # the same for the loader's last warp
+    out["last_warp_load_issue"] = loader[:, 5] - loader[:, 4]
     out["load_to_part0"] = own[:, EVENTS.index("part0")] - loader[:, 1]  # stage free -> first part usable
     out["load_to_all"] = own[:, EVENTS.index("parts_all")] - loader[:, 1]
     return out

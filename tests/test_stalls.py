@@ -1,0 +1,67 @@
+"""specdiag.bench.stalls: ncu's source page parsed and summed per warp role; the recording behind
+notebook 05 section 9 and the sixteenth session's notes."""
+
+import gzip
+
+import pytest
+
+from specdiag import analysis, data
+from specdiag.bench.stalls import parse_source_csv, summarize
+
+HEAD = (
+    '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+    '"Instructions Executed","stall_barrier","stall_long_sb","stall_barrier (Not Issued)"'
+)
+
+
+def page(rows, name="k"):
+    lines = [f'"Kernel Name","{name}",', HEAD]
+    for i, (sass, n, ex, b, lsb) in enumerate(rows):
+        lines.append(f'"0x{i:x}","{sass}","{n}","{n}","{ex}","{b}","{lsb}","{b}"')
+    return "\n".join(lines) + "\n"
+
+
+def test_summary_splits_the_roles_at_the_loaders_register_release():
+    text = page(
+        [
+            ("BAR.SYNC 0x3, 0x100", 1, 10, 0, 0),
+            ("@!PT LDS RZ, [RZ]", 7, 10, 6, 1),
+            ("USETMAXREG.DEALLOC.CTAPOOL 0x68", 0, 4, 0, 0),
+            ("LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", 3, 40, 0, 3),
+        ]
+    )
+    text += page([("USETMAXREG.DEALLOC.CTAPOOL 0x68", 2, 1, 2, 0)], name="k2")
+    ks = parse_source_csv(text)
+    assert [k["kernel"] for k in ks] == ["k", "k2"] and len(ks[0]["instructions"]) == 4
+    runs = summarize(ks, ((10, 8, 9), (20, 8, 9)))
+    math, loader = runs[0]["roles"]["math"], runs[0]["roles"]["loader"]
+    assert (math["samples"], math["executed"], math["stalls"]) == (8, 20, {"barrier": 6, "long_sb": 1})
+    assert (loader["samples"], loader["stalls"]["long_sb"]) == (3, 3)
+    top = math["top"][0]
+    assert (top["index"], top["after"], top["reason"]) == (1, "BAR.SYNC 0x3, 0x100", "barrier")
+    assert runs[1]["shape"] == "20x8x9" and runs[1]["roles"]["math"]["samples"] == 0
+
+
+def test_bad_pages_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="source page without"):
+        parse_source_csv('"Kernel Name","k",\n"Address","Foo"\n"0x0","x"\n')
+    ks = parse_source_csv(page([("MOV R1, R2", 1, 1, 0, 0)]))
+    with pytest.raises(ValueError, match="not a warp-specialised kernel"):
+        summarize(ks, ((1, 1, 1),))
+    with pytest.raises(ValueError, match="1 profiled launches for 2 shapes"):
+        summarize(ks, ((1, 1, 1), (2, 1, 1)))
+
+
+def test_recorded_stalls_match_their_source_page_and_the_notes():
+    """The recording is its source page summed; both roles wait mostly at a barrier (the loader at
+    the stage barrier, the math warpgroups at the P hand-off), as notebook 05 and the notes say."""
+    doc = data.load_json("history/ncu_stalls_seesaw_h200.json")
+    text = gzip.decompress((data.data_dir() / "history" / "ncu_stalls_seesaw_h200.source.csv.gz").read_bytes())
+    again = summarize(parse_source_csv(text.decode()), [tuple(s) for s in doc["shapes"]])
+    assert again == doc["runs"]
+    t = analysis.stall_table(doc)
+    assert set(t.index.get_level_values("role")) == {"math", "loader"} and len(t) == 4
+    assert (t.barrier > 40).all() and (t.xs("loader", level="role").barrier > 50).all()
+    for r in doc["runs"]:
+        assert r["roles"]["loader"]["top"][0]["after"].startswith("BAR.SYNC")
+        assert r["roles"]["math"]["top"][0]["after"].startswith("BAR.SYNC.DEFER_BLOCKING 0x3")
