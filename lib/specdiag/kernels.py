@@ -36,6 +36,7 @@ __all__ = [
     "find_cuobjdump",
     "sass",
     "ptx_config",
+    "module_config",
     "PtxasFunction",
     "KernelConfig",
     "LoadedKernel",
@@ -344,9 +345,9 @@ class LoadedKernel:
         return self.config.smem_bytes
 
 
-def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> LoadedKernel:
-    """A registry row's entry point on a torch device (built with the row's ``defines``, then
-    ``defines``), with the launch shape its module exports (checked against the row)."""
+def module_config(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
+    """The launch shape that a registry row's module, built with the row's ``defines`` and then
+    ``defines``, exports on a torch device (not checked: a variant may change it)."""
     import numpy as np
     import pycuda.driver as cuda
 
@@ -356,7 +357,14 @@ def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int
     if size != cfg.nbytes:
         raise RuntimeError(f"{spec.source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
     cuda.memcpy_dtoh(cfg, ptr)
-    return LoadedKernel(mod.get_function(spec.entry), KernelConfig(*map(int, cfg)).check(spec))
+    return KernelConfig(*map(int, cfg))
+
+
+def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> LoadedKernel:
+    """A registry row's entry point on a torch device (built with the row's ``defines``, then
+    ``defines``), with the launch shape its module exports (checked against the row)."""
+    mod = load_module(spec.source, device_index, {**dict(spec.defines), **(defines or {})})
+    return LoadedKernel(mod.get_function(spec.entry), module_config(spec, device_index, defines).check(spec))
 
 
 class PreparedLaunch:

@@ -9,6 +9,7 @@ partial kernel ``impl`` names (``registry.KERNELS``; ``"auto"`` picks by GPU and
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 
 import torch
@@ -103,6 +104,15 @@ class NativeTreeVerify:
         b, t, h, _ = x.q.shape
         max_prefix = int(x.prefix_lens.max())
         self.spec = KERNELS[resolve_impl(impl, dev, max_prefix=max_prefix, rows=t * h)]
+        if defines:  # a -D variant may change the tile or shared memory: plan with what it exports
+            cfg = kernels.module_config(self.spec, dev.index, defines)
+            self.spec = dataclasses.replace(
+                self.spec,
+                threads=cfg.threads,
+                rows_per_cta=cfg.rows_per_cta,
+                keys_per_tile=cfg.keys_per_tile,
+                smem_bytes=cfg.smem_bytes,
+            )
         self.impl = self.spec.name
         self.batched = x.batched
         self.device = dev
