@@ -33,12 +33,6 @@
 #ifndef TV_TRACE
 #define TV_TRACE 0
 #endif
-#ifndef TV_BN
-#define TV_BN 64  // an experiment: 32 takes 32-key tiles in four stages
-#endif
-#ifndef TV_QK_FIRST
-#define TV_QK_FIRST 0  // an experiment: 1 issues Q K^T (t) before waiting for the other's P (t - 1)
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -48,16 +42,15 @@ using namespace tvg;
 using tv::D;
 using tv::DV;
 
-constexpr int BN = TV_BN;                      // keys per tile: the N of every Q K^T wgmma
+constexpr int BN = 64;                         // keys per tile: the N of every Q K^T wgmma
 constexpr int BM = 64;                         // query rows per CTA
 constexpr int NB = D / 64;                     // column blocks of 64 head dims (9)
 constexpr int TILE_B = NB * BN * 128;          // 73728
 constexpr int Q_B = NB * BM * 128;             // 73728
 constexpr int ROPE_OFF = (NB - 1) * BN * 128;  // column block 8 (dims 512..575): P's place once Q K^T is done
-constexpr int P_B = BM * BN * 2;               // P [64 rows][BN keys] bf16
+constexpr int P_B = BM * BN * 2;               // P [64 rows][64 keys] bf16
 static_assert(P_B == TILE_B - ROPE_OFF, "P fills the rope block exactly");
-constexpr int STAGES = BN == 32 ? 4 : 2;
-constexpr int LOG_STAGES = STAGES == 4 ? 2 : 1;
+constexpr int STAGES = 2;
 constexpr int WG = 128;
 constexpr int NT = 3 * WG;                     // math warpgroups 0 and 1, loader 2
 constexpr int KSTEPS = D / 16;                 // k-steps of Q K^T (36)
@@ -66,21 +59,21 @@ constexpr int SN = BN / 2;                     // score registers per thread (32
 // setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
 // 65536 / 384 rounded down to 8, x 384): a budget over it leaves setmaxnreg.inc waiting forever.
 constexpr int ENTRY_REGS = (65536 / NT) & ~7;  // 168
-constexpr int MATH_REGS = BN == 32 ? 216 : 200, LOAD_REGS = BN == 32 ? 72 : 104;  // (32 keys: 2 rows a loader thread)
+constexpr int MATH_REGS = 200, LOAD_REGS = 104;
 static_assert(2 * MATH_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
 constexpr float RESCALE_SLACK = 8.f;           // P <= 2^8: O is rescaled only when a row's max moves more
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
 static_assert(NB % PARTS == 0, "whole column blocks per part");
 static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
-static_assert((BN == 64 || BN == 32) && VH == 256, "64- or 32-key tiles, half of O per math warpgroup");
+static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
 struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];
   uint8_t stage[STAGES][TILE_B];  // its rope block holds the tile's P once Q K^T is done
-  float alpha[2][BM];             // [tile % 2][row]: O's factor before P V (t)
-  float max[2][BM];               // [tile % 2][row]: the running max after tile t
+  float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
+  float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
 };
@@ -138,14 +131,9 @@ __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
 // ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----
 // where tile t's P lives in its stage (stage base + ROPE_OFF), its layout and descriptors
 TVG_HD constexpr uint32_t p_buf(uint32_t stage_base) { return stage_base + ROPE_OFF; }
-// (P [64][BN] in 8-row x 16-byte core matrices: p64_* at 64 keys)
-TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return (uint32_t)((r >> 3) * (BN * 16) + nt * 128 + (r & 7) * 16 + 4 * t4); }
-TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return make_desc_interleave(buf + kk * 256, 128, BN * 16); }
-TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return mn_desc(tile_base, BN, wg * 4, kk); }
-
-// one k-step of Q K^T on a 64- or 32-key tile
-__device__ __forceinline__ void wgmma_qk_tile(float (&d)[32], uint64_t da, uint64_t db, int acc) { wgmma_qk64(d, da, db, acc); }
-__device__ __forceinline__ void wgmma_qk_tile(float (&d)[16], uint64_t da, uint64_t db, int acc) { wgmma_qk(d, da, db, acc); }
+TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
+TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
+TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   Smem& sm = aligned_smem<Smem>();
@@ -162,14 +150,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   trace_kernel(wg, kEntry);
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
-  const auto stage = [&](int tile) { return sK + (tile & (STAGES - 1)) * TILE_B; };
-  const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & (STAGES - 1)) * PARTS + part); };
-  const auto parity = [](int tile) { return (uint32_t)(tile >> LOG_STAGES) & 1; };
-  const auto bar_empty = [](int tile) {
-    if constexpr (STAGES == 2) return (int)((tile & 1) ? kBarEmpty1 : kBarEmpty0);
-    const int s = tile & 3;
-    return (int)(s < 2 ? kBarEmpty0 + s : kBarEmpty2 + s - 2);
-  };
+  const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
+  const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
+  const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
   if (tid == 0) {
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
@@ -216,28 +199,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       int pg[ROWS_T];
       pages_of(0, pg);
       load_tile(0, pg);
-      if constexpr (STAGES == 2) {
-        if (n > 1) {
-          pages_of(1, pg);
-          load_tile(1, pg);
-        }
-      } else {
-#pragma unroll
-        for (int j = 1; j < STAGES; ++j)
-          if (j < n) {
-            pages_of(j, pg);
-            load_tile(j, pg);
-          }
+      if (n > 1) {
+        pages_of(1, pg);
+        load_tile(1, pg);
       }
-      for (int j = 0; j + STAGES < n; ++j) {
-        pages_of(j + STAGES, pg);
-        // both math warpgroups are done with tile j. They arrive EMPTY (j + STAGES) only after
-        // tile j + STAGES's mbarrier (or P_READY), which needs this load: the uses alternate
-        trace(2, j + STAGES, kTop);
+      for (int j = 0; j + 2 < n; ++j) {
+        pages_of(j + 2, pg);
+        // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
+        // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
+        trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
-        trace(2, j + STAGES, kOtherP);
-        load_tile(j + STAGES, pg);
-        trace(2, j + STAGES, kPart0);
+        trace(2, j + 2, kOtherP);
+        load_tile(j + 2, pg);
+        trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
@@ -268,14 +242,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // bar.arrive whose barrier is named by a register: tools/sanitize/arrive_probe.cu)
     constexpr int P_OURS = C ? kBarP1 : kBarP0, P_OTHERS = C ? kBarP0 : kBarP1;
     constexpr int EMPTY_OURS = C ? kBarEmpty1 : kBarEmpty0, EMPTY_OTHERS = C ? kBarEmpty0 : kBarEmpty1;
-    // the stage of tile u is free (four stages: its barrier by the tile, named by a register)
-    auto release = [&](int u, int imm) {
-      if constexpr (STAGES == 2) {
-        bar_arrive(imm, NT);
-      } else if (u + STAGES < n) {
-        bar_arrive(bar_empty(u), NT);
-      }
-    };
     float s[SN];
     uint32_t a[BN / 16][4];  // P (t) as the A fragments of P V
     float alpha[2];
@@ -285,39 +251,34 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       bar_sync(P_OTHERS, 2 * WG);
       trace(C, u + 1, kOtherP);
       fence_proxy_async();  // (the tile's V reached us through the owner's barriers)
-      const float* al = &sm.alpha[u & 1][wr + g];  // (P (u) and its factors: u alternates)
+      const float* al = &sm.alpha[u & 1][wr + g];
       const float* mx = &sm.max[u & 1][wr + g];
       const float au[2] = {al[0], al[8]};
       m_r[0] = mx[0];
       m_r[1] = mx[8];
       l_r[0] *= au[0];
       l_r[1] *= au[1];
-      // O is idle: (0). (With Q K^T (t) in flight a branch here serialises the wgmma: always.)
-      if (TV_QK_FIRST || __any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);
+      if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
         if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
     };
-    // one tile of ours; has_other: the other's tile t - 1 exists (Q K^T first: peeled, not branched)
-    auto step = [&](int t, auto has_other) {
-      constexpr bool OTHER = decltype(has_other)::value;
+    for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
       // unconditional so that ptxas sees O idle from here on, whichever the tile)
       wgmma_wait<0>();
       fence_o();
       trace(C, t, kTop);
-      if (t >= 2) release(t - 2, EMPTY_OURS);
-      if constexpr (!TV_QK_FIRST) {
-        if (t >= 1) other_tile(t - 1);
-        wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-      }
+      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
+      if (t >= 1) other_tile(t - 1);
+      wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
-        mbar_wait(full(t, part), parity(t));
+        mbar_wait(full(t, part), (t >> 1) & 1);
         if (part == 0) trace(C, t, kPart0);
         if (part == PARTS - 1) trace(C, t, kPartsAll);
         fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
@@ -325,28 +286,21 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
         for (int ks = part * 4 * PART_BLOCKS; ks < (part + 1) * 4 * PART_BLOCKS; ++ks)
           if constexpr (runs(kSkipQK)) {
-            wgmma_qk_tile(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
+            wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
           } else if (ks == 0) {
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
           }
       }
       wgmma_commit();
-      if constexpr (TV_QK_FIRST) {
-        // (1) after our Q K^T (t) is issued: the other's tile t - 1, then Q K^T (t) done
-        if constexpr (OTHER) other_tile(t - 1);
-        wgmma_commit();
-        wgmma_wait<1>();
-      } else {
-        // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): its stage may be refilled
-        wgmma_wait<1>();
-        fence_o();
-        if (t >= 1 && (STAGES > 2 || t + 1 < n)) release(t - 1, EMPTY_OTHERS);
-        // (4) the softmax of tile t
-        wgmma_wait<0>();
-      }
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
+      fence_o();
+      if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
+      // (4) the softmax of tile t
+      wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
-      if constexpr (!TV_QK_FIRST) fence_o();
+      fence_o();
       trace(C, t, kQKDone);
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
 #pragma unroll
@@ -379,11 +333,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
       bar_arrive(P_OURS, 2 * WG);
       trace(C, t, kPArrived);
-      if constexpr (TV_QK_FIRST) {  // (3) our P V (t - 1) is done: its stage may be refilled
-        wgmma_wait<0>();
-        fence_o();
-        if (t >= 1 && (STAGES > 2 || t + 1 < n)) release(t - 1, EMPTY_OTHERS);
-      }
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
@@ -392,12 +341,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
       wgmma_commit();
       trace(C, t, kPVIssued);
-    };
-    if constexpr (TV_QK_FIRST) {
-      if (C == 0) step(0, Const<0>{});
-      for (int t = C == 0 ? 2 : 1; t < n; t += 2) step(t, Const<1>{});
-    } else {
-      for (int t = C; t < n; t += 2) step(t, Const<1>{});
     }
     wgmma_wait<0>();
     fence_o();

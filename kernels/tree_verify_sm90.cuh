@@ -97,8 +97,6 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarEmpty2 = 6,  // seesaw with four stages (TV_BN=32): stage 2 free
-  kBarEmpty3 = 7,  // seesaw with four stages: stage 3 free
 };
 // named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }

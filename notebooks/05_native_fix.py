@@ -412,7 +412,28 @@ for r in stall_doc["runs"]:
 # branch between them). In the builds before it (`data/trace_seesaw_h200.json` and the variants'
 # traces) the read came straight after the barrier and the wait showed as a few dozen cycles,
 # the rest counted as issuing: only the two together compare across builds.
-# `docs/kernel_notes.md` (sixteenth session) draws the design this points to.
+#
+# **Does a longer ring, or Q K^T first, shorten the period?** Two builds test the two halves:
+# 32-key tiles in four stages (`TV_BN=32`, the loader three tiles ahead), and the same with each
+# warpgroup issuing Q K^T (t) before it waits for the other's P (t - 1) (`TV_QK_FIRST=1`). Both
+# timed beside the default build and traced (recorded, not re-measured here; `period` is per tile,
+# so per 32 keys in these builds):
+
+# %%
+bn32 = data.load_json("history/seesaw_bn32_variants_h200.json")
+for line in analysis.variant_summary(bn32):
+    print(line)
+t32 = analysis.trace_table(data.load_json("history/trace_seesaw_bn32_h200.json"))
+print(t32[["period", "qk_tail", "softmax", "loader_wait_stage", "load_to_all"]].to_string())
+
+# %% [markdown]
+# Both are correct and slower. With four stages the loader waits longer for a free stage than
+# before: the ring was not what held the period. A 32-key tile's softmax step is not half a
+# 64-key one: most of it (row reductions across the quad, the factors and P into shared memory,
+# the fence and the hand-off) does not scale with the keys. Q K^T first shortens the period a
+# little, but its Q K^T then runs beside the other's P V and takes longer. So the serial chain of
+# each tile, above all the softmax step's fixed part, sets the period; `docs/kernel_notes.md`
+# (sixteenth session) says what that leaves to try.
 #
 # **Would asking L2 for the rows ahead help?** Two builds had the loader prefetch the tile after
 # next into L2 (one bulk prefetch per row, or 128-byte lines per thread). Both were measured beside

@@ -237,9 +237,30 @@ def test_recorded_sixteenth_session_loaders():
         table = analysis.variant_table(doc)
         builds = [c for c in table.columns if c != "default_us" and "/" not in c]
         assert builds and all((table[b].groupby(level="page_size").median() > 1).all() for b in builds), name
-    for name in ("share_v2_v3", "share_order", "hybrid"):
+    for name in ("share_v2_v3", "share_order", "hybrid", "bn32"):
         t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json"))
         assert (t["period"] > 0).all() and len(set(t.index.get_level_values("build"))) == 3
+
+
+def test_recorded_sixteenth_session_ring_and_qk_first():
+    """TV_BN=32 and TV_BN=32,TV_QK_FIRST=1: correct (float64), summed in another order (not
+    bit-identical), slower at the median; with four stages the loader waits longer for a stage
+    and the softmax step of a 32-key tile takes more than half a 64-key one's (the notes)."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    checks = data.load_json("history/native_check_seesaw_bn32_h200.json")["results"]
+    assert len(checks) == 24 and all(passed(r) for r in checks)
+    doc = data.load_json("history/seesaw_bn32_variants_h200.json")
+    assert doc["identity"] and not any(r["bit_identical"] for r in doc["identity"])
+    table = analysis.variant_table(doc)
+    for b in ("TV_BN=32", "TV_BN=32,TV_QK_FIRST=1"):
+        assert (table[b].groupby(level="page_size").median() > 1).all()
+    t = analysis.trace_table(data.load_json("history/trace_seesaw_bn32_h200.json")).droplevel([2, 3])
+    for shape in set(t.index.droplevel("build")):
+        g = t.loc[shape]
+        assert g.loader_wait_stage["TV_BN=32"] > g.loader_wait_stage["default"]
+        assert 0.5 * g.softmax["default"] < g.softmax["TV_BN=32"] < g.softmax["default"]
 
 
 def test_default_spread_reads_each_runs_default_time():
