@@ -431,9 +431,11 @@ print(t32[["period", "qk_tail", "softmax", "loader_wait_stage", "load_to_all"]].
 # before: the ring was not what held the period. A 32-key tile's softmax step is not half a
 # 64-key one: most of it (row reductions across the quad, the factors and P into shared memory,
 # the fence and the hand-off) does not scale with the keys. Q K^T first shortens the period a
-# little, but its Q K^T then runs beside the other's P V and takes longer. So the serial chain of
-# each tile, above all the softmax step's fixed part, sets the period; `docs/kernel_notes.md`
-# (sixteenth session) says what that leaves to try.
+# little, but its Q K^T then runs beside the other's P V and takes longer. With the stage traces
+# above (a math stage left out barely moves the period at the deployment's shape), this says that
+# at 64 keys the math's chain and the tile stream each come close to the period on their own: a
+# faster kernel has to shorten both at once. `docs/kernel_notes.md` (sixteenth session) says what
+# that leaves to try.
 #
 # **Would asking L2 for the rows ahead help?** Two builds had the loader prefetch the tile after
 # next into L2 (one bulk prefetch per row, or 128-byte lines per thread). Both were measured beside
