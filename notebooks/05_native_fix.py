@@ -392,7 +392,7 @@ tt[
 # re-measured here):
 
 # %%
-stall_doc = data.load_json("history/ncu_stalls_seesaw_h200.json")
+stall_doc = data.load_json("ncu_stalls_seesaw_h200.json")
 print(analysis.stall_table(stall_doc).to_string())
 for r in stall_doc["runs"]:
     for role, v in r["roles"].items():

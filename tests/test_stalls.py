@@ -55,8 +55,8 @@ def test_bad_pages_are_refused_in_one_line():
 def test_recorded_stalls_match_their_source_page_and_the_notes():
     """The recording is its source page summed; both roles wait mostly at a barrier (the loader at
     the stage barrier, the math warpgroups at the P hand-off), as notebook 05 and the notes say."""
-    doc = data.load_json("history/ncu_stalls_seesaw_h200.json")
-    text = gzip.decompress((data.data_dir() / "history" / "ncu_stalls_seesaw_h200.source.csv.gz").read_bytes())
+    doc = data.load_json("ncu_stalls_seesaw_h200.json")
+    text = gzip.decompress((data.data_dir() / "ncu_stalls_seesaw_h200.source.csv.gz").read_bytes())
     again = summarize(parse_source_csv(text.decode()), [tuple(s) for s in doc["shapes"]])
     assert again == doc["runs"]
     t = analysis.stall_table(doc)

@@ -59,6 +59,12 @@ def steps(tag: str, data: Path, models: bool = False) -> list[Step]:
             ("specdiag.bench", "trace", "--page-sizes", "1", "--defines", "TV_SKIP=1;TV_SKIP=2;TV_SKIP=4;TV_SKIP=3"),
             f"trace_seesaw_stages_{tag}.json",
         ),
+        Step(
+            "stalls",
+            "where the seesaw kernel's warps wait, ncu's stall sampling (05)",
+            ("specdiag.bench", "stalls"),
+            f"ncu_stalls_seesaw_{tag}.json",
+        ),
         Step("engine", "the engine adapter (06)", ("specdiag.bench", "engine"), f"engine_{tag}.json"),
         Step("ablate", "stages left out (05)", ("specdiag.bench", "ablate"), f"native_ablation_{tag}.json"),
         Step("tune", "split counts (the plan's fit)", ("specdiag.bench", "tune"), f"native_tune_{tag}.json"),
