@@ -33,10 +33,6 @@
 #ifndef TV_TRACE
 #define TV_TRACE 0
 #endif
-#ifndef TV_PV_LATE
-#define TV_PV_LATE 0  // an experiment: 1 issues Q K^T (t) before waiting for the other's P (t - 1) and
-                      // issues that P V after the softmax of t, beside P V (t)
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -80,9 +76,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
-#if TV_PV_LATE
-  alignas(128) uint8_t pzero[2048];  // a zero P k-step (64 rows x 16 keys) for the tile before the first
-#endif
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -165,10 +158,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
     mbar_fence_init();
   }
-#if TV_PV_LATE
-  if (tid < 128) reinterpret_cast<uint4*>(sm.pzero)[tid] = make_uint4(0u, 0u, 0u, 0u);
-  fence_proxy_async();
-#endif
   __syncthreads();  // the only CTA-wide barrier
 
   if (wg == 2) {
@@ -257,7 +246,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     uint32_t a[BN / 16][4];  // P (t) as the A fragments of P V
     float alpha[2];
     // (1) the other warpgroup's tile u: O rescaled by its factor, our half of its P V
-    auto other_prep = [&](int u) {
+    auto other_tile = [&](int u) {
       // the owner arrives P (u + 2) only after tile u + 2 landed, which needs our EMPTY (u) in (3)
       bar_sync(P_OTHERS, 2 * WG);
       trace(C, u + 1, kOtherP);
@@ -270,42 +259,20 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       l_r[0] *= au[0];
       l_r[1] *= au[1];
       if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
-    };
-    auto other_pv = [&](int u) {
       wgmma_fence();
-#if TV_PV_LATE
-      const bool none = u < 0;
-      const uint32_t su = stage(none ? 0 : u);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV))
-          wgmma_pv_ss(o, none ? make_desc_interleave(smem_u32(sm.pzero), 128, 256) : p_desc(p_buf(su), kk), v_desc(su, C, kk));
-#else
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
         if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
-#endif
     };
-    auto other_tile = [&](int u) {
-      other_prep(u);
-      other_pv(u);
-    };
-    // one tile of ours; has_other: the other's tile t - 1 exists (TV_PV_LATE: peeled, not branched)
-    auto step = [&](int t, auto has_other) {
-      [[maybe_unused]] constexpr bool OTHER = decltype(has_other)::value;
+    for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
       // unconditional so that ptxas sees O idle from here on, whichever the tile)
       wgmma_wait<0>();
       fence_o();
       trace(C, t, kTop);
-      if constexpr (TV_PV_LATE) {  // P V (t - 3) (the other's) and P V (t - 2) are done
-        if (t >= 2) bar_arrive(EMPTY_OURS, NT);
-        if (t >= 3 && t - 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-      } else {
-        if (t >= 2) bar_arrive(EMPTY_OURS, NT);
-        if (t >= 1) other_tile(t - 1);
-        wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-      }
+      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
+      if (t >= 1) other_tile(t - 1);
+      wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
@@ -325,20 +292,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
       }
       wgmma_commit();
-      if constexpr (!TV_PV_LATE) {
-        // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
-        wgmma_wait<1>();
-        fence_o();
-        if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-      }
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
+      fence_o();
+      if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
       // (4) the softmax of tile t
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
       fence_o();
-      if constexpr (TV_PV_LATE) {
-        if (t >= 1) other_prep(t - 1);  // the running max after t - 1, O and l rescaled to it
-      }
       trace(C, t, kQKDone);
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
 #pragma unroll
@@ -372,12 +334,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       bar_arrive(P_OURS, 2 * WG);
       trace(C, t, kPArrived);
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
-      if constexpr (TV_PV_LATE) {  // the other's P V (t - 1) first; O must be idle to rescale
-        other_pv(t - 1);  // (tile -1: a zero P, so that no wgmma sits under a branch)
-        wgmma_commit();
-        wgmma_wait<0>();  // (always: a wait under a branch serialises the wgmma)
-        fence_o();
-      }
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
 #pragma unroll
@@ -385,14 +341,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
       wgmma_commit();
       trace(C, t, kPVIssued);
-    };
-    for (int t = C; t < n; t += 2) step(t, Const<1>{});
+    }
     wgmma_wait<0>();
     fence_o();
-    if constexpr (TV_PV_LATE) {  // the other's tile before our last one: its stage (if refilled)
-      const int last = C + 2 * ((n - 1 - C) / 2);
-      if (n - 1 >= C && last >= 1 && last + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-    }
     if (((n - 1) & 1) != C) {  // the last tile is the other's: our half of its P V
       other_tile(n - 1);
       wgmma_commit();

@@ -415,14 +415,16 @@ for r in stall_doc["runs"]:
 #
 # **Does a longer ring, or Q K^T first, shorten the period?** Two builds test the two halves:
 # 32-key tiles in four stages (`TV_BN=32`, the loader three tiles ahead), and the same with each
-# warpgroup issuing Q K^T (t) before it waits for the other's P (t - 1) (`TV_QK_FIRST=1`). Both
-# timed beside the default build and traced (recorded, not re-measured here; `period` is per tile,
-# so per 32 keys in these builds):
+# warpgroup issuing Q K^T (t) before it waits for the other's P (t - 1) (`TV_QK_FIRST=1`); and,
+# at 64 keys, Q K^T first with the other's P V moved after the softmax so that S and O are never
+# in flight together (`TV_PV_LATE=1`, timed as a `TV_TRACE` build beside one of the default).
+# Timed beside the default build and traced (recorded, not re-measured here; `period` is per
+# tile, so per 32 keys in the 32-key builds):
 
 # %%
-bn32 = data.load_json("history/seesaw_bn32_variants_h200.json")
-for line in analysis.variant_summary(bn32):
-    print(line)
+for name in ("bn32", "pv_late"):
+    for line in analysis.variant_summary(data.load_json(f"history/seesaw_{name}_variants_h200.json")):
+        print(f"[{name}] {line}")
 t32 = analysis.trace_table(data.load_json("history/trace_seesaw_bn32_h200.json"))
 print(t32[["period", "qk_tail", "softmax", "loader_wait_stage", "load_to_all"]].to_string())
 
@@ -431,7 +433,9 @@ print(t32[["period", "qk_tail", "softmax", "loader_wait_stage", "load_to_all"]].
 # before: the ring was not what held the period. A 32-key tile's softmax step is not half a
 # 64-key one: most of it (row reductions across the quad, the factors and P into shared memory,
 # the fence and the hand-off) does not scale with the keys. Q K^T first shortens the period a
-# little, but its Q K^T then runs beside the other's P V and takes longer. With the stage traces
+# little, but its Q K^T then runs beside the other's P V and takes longer. Moving the other's P V
+# after the softmax delays the release of its stage, and with two stages the loads starve. With
+# the stage traces
 # above (a math stage left out barely moves the period at the deployment's shape), this says that
 # at 64 keys the math's chain and the tile stream each come close to the period on their own: a
 # faster kernel has to shorten both at once. `docs/kernel_notes.md` (sixteenth session) says what

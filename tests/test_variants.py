@@ -263,6 +263,23 @@ def test_recorded_sixteenth_session_ring_and_qk_first():
         assert 0.5 * g.softmax["default"] < g.softmax["TV_BN=32"] < g.softmax["default"]
 
 
+def test_recorded_sixteenth_session_pv_late():
+    """TV_PV_LATE (timed as a trace build): correct, bit-identical, slower at the median, and
+    its loader waits longer for a stage than the default build's (the notes' reading)."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    checks = data.load_json("history/native_check_seesaw_pv_late_h200.json")["results"]
+    assert len(checks) == 12 and all(passed(r) and r["defines"] == {"TV_PV_LATE": 1, "TV_TRACE": 1} for r in checks)
+    doc = data.load_json("history/seesaw_pv_late_variants_h200.json")
+    assert all(r["bit_identical"] for r in doc["identity"])
+    table = analysis.variant_table(doc)
+    assert (table["TV_PV_LATE=1,TV_TRACE=1"].groupby(level="page_size").median() > 1.4).all()
+    runs = data.load_json("history/trace_seesaw_pv_late_h200.json")["runs"]
+    wait = {(r["context"], r["defines"].get("TV_PV_LATE", 0)): r["median_cycles"]["loader_wait_stage"] for r in runs}
+    assert all(wait[(c, 1)] > 2 * wait[(c, 0)] for c, late in wait if late)
+
+
 def test_default_spread_reads_each_runs_default_time():
     from specdiag import analysis
 
