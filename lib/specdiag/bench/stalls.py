@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import csv
 import io
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ..probes.ncu import find_ncu
 
 __all__ = ["STALL_SHAPES", "parse_source_csv", "summarize", "profile", "launch"]
 
@@ -109,18 +110,14 @@ def launch(shapes) -> None:
     after two warm-ups and a launch on other buffers (L2 holds no tile of the profiled one)."""
     import torch
 
-    from ..attention.native import NativeTreeVerify
-    from ..cost import SOFTMAX_SCALE
     from .timing import Rotation
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for ctx, heads, nodes in shapes:
-        rot = Rotation(ctx, 1, nodes, heads, l2, seed=0, max_sets=2)
-        opts = dict(scale=SOFTMAX_SCALE, check=False, impl="wgmma_seesaw")
-        op = NativeTreeVerify(**rot.inputs(0), **opts)
+        op, *other = Rotation(ctx, 1, nodes, heads, l2, seed=0, max_sets=2).native_ops(impl="wgmma_seesaw")
         op.run()
         op.run()
-        NativeTreeVerify(**rot.inputs(1), **opts).run()
+        (other or [op])[0].run()
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         op.run()
@@ -130,18 +127,21 @@ def launch(shapes) -> None:
 
 def profile(shapes=STALL_SHAPES, timeout: float = 600.0) -> str:
     """ncu's source page (CSV) for ``launch(shapes)``: SourceCounters on the seesaw partial kernel."""
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise FileNotFoundError("ncu (Nsight Compute) is not on PATH")
+    ncu = find_ncu()
     spec = ",".join("x".join(map(str, s)) for s in shapes)
+
+    def run(cmd):
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"ncu exited {res.returncode}: {(res.stderr or res.stdout).strip()[-1500:]}")
+        return res.stdout
+
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "stalls"
         cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", "regex:partial_seesaw"]
         cmd += ["--section", "SourceCounters", "--import-source", "no", "-o", str(rep), "-f"]
-        cmd += [sys.executable, "-m", "specdiag.bench.stalls", "--launch", spec]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=timeout)
-        page = [ncu, "-i", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]
-        return subprocess.run(page, check=True, capture_output=True, text=True, timeout=timeout).stdout
+        run([*cmd, sys.executable, "-m", "specdiag.bench.stalls", "--launch", spec])
+        return run([ncu, "-i", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"])
 
 
 if __name__ == "__main__":
