@@ -280,6 +280,43 @@ def test_recorded_sixteenth_session_pv_late():
     assert all(wait[(c, 1)] > 2 * wait[(c, 0)] for c, late in wait if late)
 
 
+def test_recorded_seventeenth_session_qk_ahead():
+    """Q K^T (t) issued before the wait for the other's P (t - 1), at 216 math registers
+    (TV_QK_AHEAD 1-3), and a stage freed in two halves (TV_SPLIT_RELEASE): every build passes the
+    float64 checks, the reordered ones are bit-identical (the split ones sum Q K^T in another
+    order), all are slower at the median of each page size, and in every Q K^T-ahead build the
+    loader waits more than 1.8 times as long for a stage as the default build does (the notes)."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    runs = {"qk_ahead": (2, True), "qk_ahead2": (1, True), "split": (2, False), "split_qk3": (1, False)}
+    for name, (checked, identical) in runs.items():
+        checks = data.load_json(f"history/native_check_seesaw_{name}_h200.json")["results"]
+        assert len(checks) == 12 * checked and all(passed(r) for r in checks), name
+        doc = data.load_json(f"history/seesaw_{name}_variants_h200.json")
+        assert doc["identity"] and all(r["bit_identical"] == identical for r in doc["identity"]), name
+        table = analysis.variant_table(doc)
+        for b in (c for c in table.columns if "TV_QK_AHEAD" in c or "TV_SPLIT_RELEASE" in c):
+            assert (table[b].groupby(level="page_size").median() > 1).all(), (name, b)
+        t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
+        for shape in set(t.index.droplevel("build")):
+            g = t.loc[shape]
+            ahead = [b for b in g.index if "TV_QK_AHEAD" in b]
+            assert ahead or name == "split"
+            assert all(g.loader_wait_stage[b] > 1.8 * g.loader_wait_stage["default"] for b in ahead), (name, shape)
+
+
+def test_recorded_stalls_rerun_matches_the_recording():
+    """The stall sampling re-run after its refactor (bench stalls, history/ncu_stalls_seesaw_rerun)
+    puts each role's barrier share within 2 points of data/ncu_stalls_seesaw_h200.json."""
+    from specdiag import analysis, data
+
+    a = analysis.stall_table(data.load_json("ncu_stalls_seesaw_h200.json"))
+    b = analysis.stall_table(data.load_json("history/ncu_stalls_seesaw_rerun_h200.json"))
+    assert list(a.index) == list(b.index)
+    assert ((a.barrier - b.barrier).abs() < 2).all() and (b.samples > 0).all()
+
+
 def test_default_spread_reads_each_runs_default_time():
     from specdiag import analysis
 
