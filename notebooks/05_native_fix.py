@@ -513,6 +513,44 @@ for name in ("share_v2_v3", "hybrid"):
 # L2: the sixteenth session's notes in `docs/kernel_notes.md` list what is left to try.
 
 # %% [markdown]
+# **With registers for it, does issuing Q K^T ahead of the hand-off pay?** At 216 registers per
+# math thread (the loader keeps 72) each warpgroup can issue Q K^T (t) before it waits for the
+# other's P (t - 1), with S and O in flight together. Three orders of the other's P V (t - 1)
+# after it: waited for after the softmax of t (`TV_QK_AHEAD=1`), before it (`2`), and with the
+# stage freed in two halves, each by its last reader, so that Q K^T (t) starts on the half the
+# other warpgroup frees first (`TV_SPLIT_RELEASE=1`, alone and with `TV_QK_AHEAD=2` or `3`).
+# Each timed beside the default build and FlashMLA, and traced (recorded, not re-measured here):
+
+# %%
+ahead_runs = ("qk_ahead", "qk_ahead2", "split", "split_qk3")
+for name in ahead_runs:
+    for line in analysis.variant_summary(data.load_json(f"history/seesaw_{name}_variants_h200.json")):
+        print(f"[{name}] {line}")
+for name in ahead_runs:
+    t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
+    for (c, h), g in t.groupby(level=[0, 1]):
+        g = g.droplevel([0, 1])
+        for b in (b for b in g.index if "TV_QK_AHEAD" in b or "TV_SPLIT_RELEASE" in b):
+            print(
+                f"[{name}] {c:,} x {h} heads, {b}: {g.period[b]:.0f} cycles a tile (default "
+                f"{g.period['default']:.0f}); the loader waits {g.loader_wait_stage[b]:.0f} for a stage "
+                f"(default {g.loader_wait_stage['default']:.0f}); the softmax step {g.softmax[b]:.0f} "
+                f"(default {g.softmax['default']:.0f})"
+            )
+
+# %% [markdown]
+# All are correct and all are slower. In the Q K^T-ahead builds the loader waits far longer for a
+# stage. A warpgroup's wgmma groups complete in the order they were issued: once Q K^T (t) goes
+# before the other's P V (t - 1), the wait that frees the other's stage also waits for Q K^T (t),
+# whose tile must land first. The stage's release then depends on the next tile's load, and the
+# loop from a release through the next load, Q K^T and the softmax back to a release spans one
+# tile instead of two. Freeing the stage in halves alone moves the loader's wait to the first
+# half (its trace counts that wait only) and lengthens the softmax step. With two 72 KB stages
+# next to a 72 KB Q there is no room for a third, so the default order keeps the shorter of the
+# two loops. `docs/kernel_notes.md` (seventeenth session) works through the loops with the traced
+# intervals.
+
+# %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
 # costs at page_size=1 is the `auto at page_size=1` line where that was measured. The kernel is
 # not yet at FlashMLA's level nor at the floor: section 5 prints the targets and where they stand,
