@@ -36,17 +36,9 @@
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
-// Q K^T (t) issued before the wait for P (t - 1), and the other's P V (t - 1) waited for after the
-// softmax of t (1: S and O in flight together) or before it (2); 3 (with TV_SPLIT_RELEASE): only
-// the parts of Q K^T (t) on the blocks the other warpgroup frees first, the rest after that P V
-#ifndef TV_QK_AHEAD
-#define TV_QK_AHEAD 0
-#endif
-// 1: a stage freed in two halves, each by its last reader: the blocks the other warpgroup reads
-// last (its V half and the P block) first, the owner's V half after the owner's P V
-#ifndef TV_SPLIT_RELEASE
-#define TV_SPLIT_RELEASE 0
-#endif
+#ifndef TV_RELEASE_PART
+#define TV_RELEASE_PART 3  // the other's stage released once its P V is done and this many parts of
+#endif                     // Q K^T (t) are issued (3: all; 0: before the first part's wait)
 
 namespace tvsee {
 using namespace tvg;
@@ -70,35 +62,15 @@ constexpr int SN = BN / 2;                     // score registers per thread (32
 // setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
 // 65536 / 384 rounded down to 8, x 384): a budget over it leaves setmaxnreg.inc waiting forever.
 constexpr int ENTRY_REGS = (65536 / NT) & ~7;  // 168
-#ifndef TV_MATH_REGS
-#define TV_MATH_REGS 200
-#endif
-#ifndef TV_LOAD_REGS
-#define TV_LOAD_REGS 104
-#endif
-constexpr int MATH_REGS = TV_MATH_REGS, LOAD_REGS = TV_LOAD_REGS;
+constexpr int MATH_REGS = 200, LOAD_REGS = 104;
 static_assert(2 * MATH_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
 constexpr float RESCALE_SLACK = 8.f;           // P <= 2^8: O is rescaled only when a row's max moves more
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
+constexpr int RELEASE_PART = TV_RELEASE_PART;
+static_assert(RELEASE_PART >= 0 && RELEASE_PART <= PARTS, "TV_RELEASE_PART: 0 .. PARTS");
 static_assert(NB % PARTS == 0, "whole column blocks per part");
 static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
-// Column blocks in load and Q K^T order for a tile of warpgroup c, and where each part ends:
-// by default 0..8 in parts of 3; TV_SPLIT_RELEASE: the other's V half, the P block, then ours
-__host__ __device__ constexpr int block_at(int pos, int c) {
-  return !TV_SPLIT_RELEASE ? pos : pos < 4 ? 4 * (1 - c) + pos : pos == 4 ? NB - 1 : 4 * c + pos - 5;
-}
-__host__ __device__ constexpr int part_end(int part) {
-  return !TV_SPLIT_RELEASE ? (part + 1) * PART_BLOCKS : part == 0 ? 3 : part == 1 ? 5 : NB;
-}
-__host__ __device__ constexpr int part_begin(int part) { return part ? part_end(part - 1) : 0; }
-constexpr int SPLIT_PART = TV_SPLIT_RELEASE ? 2 : PARTS;  // the first part the owner frees
-#ifndef TV_QK_EARLY
-#define TV_QK_EARLY SPLIT_PART  // TV_QK_AHEAD=3: the parts of Q K^T (t) issued before the other's P V
-#endif
-constexpr int QK_EARLY = TV_QK_EARLY;
-static_assert(TV_QK_AHEAD != 3 || (QK_EARLY > 0 && QK_EARLY < PARTS), "TV_QK_AHEAD=3: 1 or 2 parts early");
-constexpr int EMPTY_COUNT = TV_SPLIT_RELEASE ? 2 * WG : NT;  // arrivals + the loader's per EMPTY barrier
 static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
@@ -186,7 +158,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
-  const auto bar_empty_x = [](int tile) { return (tile & 1) ? kBarEmptyX1 : kBarEmptyX0; };
 
   if (tid == 0) {
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
@@ -210,23 +181,20 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
-      auto load_tile = [&](int tile, const int (&pg)[ROWS_T], auto before_part) {
+      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
         const __nv_bfloat16* src[ROWS_T];
         int bytes[ROWS_T];
 #pragma unroll
         for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src[i], bytes[i]);
-        uint32_t base = stage(tile);
-        if constexpr (LOAD_REGS < 104) base = opaque(base);  // (fewer registers: no hoisted addresses)
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
-          before_part(part);
 #pragma unroll
           for (int i = 0; i < ROWS_T; ++i)
 #pragma unroll
-            for (int pos = part_begin(part); pos < part_end(part); ++pos) {
-              const int chunk = load_chunk(t, block_at(pos, tile & 1));
-              const uint32_t dst = base + tile_offset(BN, load_row<WG>(t, i), chunk);
+            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
+              const int chunk = load_chunk(t, c);
+              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
               if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
           cp_async_mbar_arrive(full(tile, part));
@@ -235,27 +203,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       load_q<BM, WG>(p, sQ, t, b, row0);
       int pg[ROWS_T];
       pages_of(0, pg);
-      const auto no_wait = [](int) {};
-      load_tile(0, pg, no_wait);
+      load_tile(0, pg);
       if (n > 1) {
         pages_of(1, pg);
-        load_tile(1, pg, no_wait);
+        load_tile(1, pg);
       }
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);
-        if constexpr (!TV_SPLIT_RELEASE) {
-          bar_sync(bar_empty(j), NT);
-          trace(2, j + 2, kOtherP);
-          load_tile(j + 2, pg, no_wait);
-        } else {  // the other's half and the P block once it is done with them, then the owner's
-          load_tile(j + 2, pg, [&](int part) {
-            if (part == 0) bar_sync(bar_empty_x(j), EMPTY_COUNT), trace(2, j + 2, kOtherP);
-            if (part == SPLIT_PART) bar_sync(bar_empty(j), EMPTY_COUNT);
-          });
-        }
+        bar_sync(bar_empty(j), NT);
+        trace(2, j + 2, kOtherP);
+        load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
@@ -286,10 +246,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // barriers of our tiles and of the other's, as immediates (racecheck does not follow a
     // bar.arrive whose barrier is named by a register: tools/sanitize/arrive_probe.cu)
     constexpr int P_OURS = C ? kBarP1 : kBarP0, P_OTHERS = C ? kBarP0 : kBarP1;
-    // EMPTY_OURS: we free our tile's stage (TV_SPLIT_RELEASE: its blocks we read last), EMPTY_OTHERS:
-    // the other's (TV_SPLIT_RELEASE: the blocks we read last: our V half and the P block)
-    constexpr int EMPTY_OURS = C ? kBarEmpty1 : kBarEmpty0;
-    constexpr int EMPTY_OTHERS = TV_SPLIT_RELEASE ? (C ? kBarEmptyX0 : kBarEmptyX1) : (C ? kBarEmpty0 : kBarEmpty1);
+    constexpr int EMPTY_OURS = C ? kBarEmpty1 : kBarEmpty0, EMPTY_OTHERS = C ? kBarEmpty0 : kBarEmpty1;
     float s[SN];
     uint32_t a[BN / 16][4];  // P (t) as the A fragments of P V
     float alpha[2];
@@ -312,80 +269,57 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int kk = 0; kk < BN / 16; ++kk)
         if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
     };
-    // (2) S = Q K^T (t) over all 576 dims, or the parts P0 .. P1 - 1 of it, each part's k-steps
-    // once it has landed
-    auto qk = [&](int t, auto p0, auto p1) {
-#pragma unroll
-      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
-#pragma unroll
-      for (int part = decltype(p0)::value; part < decltype(p1)::value; ++part) {
-        mbar_wait(full(t, part), (t >> 1) & 1);
-        if (part == 0) trace(C, t, kPart0);
-        if (part == PARTS - 1) trace(C, t, kPartsAll);
-        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-        wgmma_fence();
-        // (Q K^T first: the bases hidden from the compiler, which would otherwise hoist the
-        // 72 descriptors out of the loop and spill them)
-        uint32_t qb = sQ, kb = stage(t);
-        if constexpr (TV_QK_AHEAD) qb = opaque(qb), kb = opaque(kb);
-#pragma unroll
-        for (int k = 4 * part_begin(part); k < 4 * part_end(part); ++k) {
-          const int ks = 4 * block_at(k >> 2, C) + (k & 3);
-          if constexpr (runs(kSkipQK)) {
-            wgmma_qk64(s, kstep_desc(qb, BM, ks), kstep_desc(kb, BN, ks), k > 0);
-          } else if (k == 0) {
-            for (int i = 0; i < SN; ++i) s[i] = 0.f;
-          }
-        }
-      }
-      wgmma_commit();
-    };
-    // our tile t; FIRST: t == 0 (peeled when Q K^T goes first, so that no wgmma sits under a branch)
-    auto step = [&](int t, auto first) {
-      constexpr bool FIRST = decltype(first)::value;
+    for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
       // unconditional so that ptxas sees O idle from here on, whichever the tile)
       wgmma_wait<0>();
       fence_o();
       trace(C, t, kTop);
-      if (t >= 2) bar_arrive(EMPTY_OURS, EMPTY_COUNT);
-      if constexpr (TV_QK_AHEAD) {
-        // Q K^T (t), then the other's P V (t - 1) once its P is here: the tensor cores take
-        // Q K^T (t) while the other warpgroup runs its softmax (t - 1)
-        if constexpr (TV_QK_AHEAD == 3) {  // Q K^T (t) on the blocks the other warpgroup freed first
-          qk(t, Const<0>{}, Const<QK_EARLY>{});
-        } else {
-          qk(t, Const<0>{}, Const<PARTS>{});
-        }
-        if constexpr (!FIRST) other_tile(t - 1);
-        wgmma_commit();  // (empty for tile 0)
-        if constexpr (TV_QK_AHEAD == 3) {  // then on our blocks; (3) the other's P V (t - 1) done
-          qk(t, Const<QK_EARLY>{}, Const<PARTS>{});
-          wgmma_wait<1>();
-          fence_o();
-          if (!FIRST && t + 1 < n) bar_arrive(EMPTY_OTHERS, EMPTY_COUNT);
-          wgmma_wait<0>();
-        } else if constexpr (TV_QK_AHEAD == 2) {  // (3) the other's P V (t - 1) done before the softmax
-          wgmma_wait<0>();
-          fence_o();
-          if (!FIRST && t + 1 < n) bar_arrive(EMPTY_OTHERS, EMPTY_COUNT);
-        } else {
-          wgmma_wait<1>();
-        }
-      } else {
-        if (t >= 1) other_tile(t - 1);
-        wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-        qk(t, Const<0>{}, Const<PARTS>{});
-        // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
-        wgmma_wait<1>();
+      if (t >= 2) bar_arrive(EMPTY_OURS, NT);
+      if (t >= 1) other_tile(t - 1);
+      wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      const auto release_other = [&]() {
         fence_o();
-        if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, EMPTY_COUNT);
+        if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
+      };
+      if constexpr (RELEASE_PART == 0) {
         wgmma_wait<0>();
+        release_other();
       }
-      // (4) the softmax of tile t
+      // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
-      if constexpr (!TV_QK_AHEAD) fence_o();
+#pragma unroll
+      for (int part = 0; part < PARTS; ++part) {
+        mbar_wait(full(t, part), (t >> 1) & 1);
+        if (part == 0) trace(C, t, kPart0);
+        if (part == PARTS - 1) trace(C, t, kPartsAll);
+        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+        wgmma_fence();
+#pragma unroll
+        for (int ks = part * 4 * PART_BLOCKS; ks < (part + 1) * 4 * PART_BLOCKS; ++ks)
+          if constexpr (runs(kSkipQK)) {
+            wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
+          } else if (ks == 0) {
+            for (int i = 0; i < SN; ++i) s[i] = 0.f;
+          }
+        if (RELEASE_PART > 0 && RELEASE_PART < PARTS && part + 1 == RELEASE_PART) {
+          wgmma_commit();
+          wgmma_wait<1>();
+          release_other();
+        }
+      }
+      wgmma_commit();
+      if constexpr (RELEASE_PART == PARTS) {
+        wgmma_wait<1>();
+        release_other();
+      }
+      // (4) the softmax of tile t
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+      fence_o();
       trace(C, t, kQKDone);
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
 #pragma unroll
@@ -418,12 +352,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
       bar_arrive(P_OURS, 2 * WG);
       trace(C, t, kPArrived);
-      if constexpr (TV_QK_AHEAD == 1) {
-        // (3) the other's P V (t - 1) is done: tile t + 1 may take its stage
-        wgmma_wait<0>();
-        fence_o();
-        if (!FIRST && t + 1 < n) bar_arrive(EMPTY_OTHERS, EMPTY_COUNT);
-      }
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
@@ -432,12 +360,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
       wgmma_commit();
       trace(C, t, kPVIssued);
-    };
-    if constexpr (TV_QK_AHEAD && C == 0) {
-      step(0, Const<1>{});
-      for (int t = 2; t < n; t += 2) step(t, Const<0>{});
-    } else {
-      for (int t = C; t < n; t += 2) step(t, Const<0>{});
     }
     wgmma_wait<0>();
     fence_o();

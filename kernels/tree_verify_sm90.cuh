@@ -61,11 +61,6 @@ TVG_HD constexpr uint64_t v64_desc(uint32_t tile_base, int wg, int kk) { return 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// x, opaque to the compiler: it cannot hoist or share what is computed from it
-__device__ __forceinline__ uint32_t opaque(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
-  return x;
-}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
@@ -102,8 +97,6 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarEmptyX0 = 6,  // seesaw TV_SPLIT_RELEASE: stage 0's blocks that warpgroup 1 reads last are free
-  kBarEmptyX1 = 7,  // seesaw TV_SPLIT_RELEASE: stage 1's blocks that warpgroup 0 reads last are free
 };
 // named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
