@@ -518,11 +518,13 @@ for name in ("share_v2_v3", "hybrid"):
 # other's P (t - 1), with S and O in flight together. Three orders of the other's P V (t - 1)
 # after it: waited for after the softmax of t (`TV_QK_AHEAD=1`), before it (`2`), and with the
 # stage freed in two halves, each by its last reader, so that Q K^T (t) starts on the half the
-# other warpgroup frees first (`TV_SPLIT_RELEASE=1`, alone and with `TV_QK_AHEAD=2` or `3`).
-# Each timed beside the default build and FlashMLA, and traced (recorded, not re-measured here):
+# other warpgroup frees first (`TV_SPLIT_RELEASE=1`, alone and with `TV_QK_AHEAD=2` or `3`); only
+# one or two of Q K^T's three parts ahead (`TV_QK_EARLY`); and, in the default order, the other's
+# stage released earlier instead (`TV_RELEASE_FIRST`, `TV_RELEASE_PART`). Each timed beside the
+# default build and FlashMLA, and traced (recorded, not re-measured here):
 
 # %%
-ahead_runs = ("qk_ahead", "qk_ahead2", "split", "split_qk3")
+ahead_runs = ("qk_ahead", "qk_ahead2", "split", "split_qk3", "qk_early", "release_first", "release_part")
 for name in ahead_runs:
     for line in analysis.variant_summary(data.load_json(f"history/seesaw_{name}_variants_h200.json")):
         print(f"[{name}] {line}")
@@ -530,25 +532,31 @@ for name in ahead_runs:
     t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
     for (c, h), g in t.groupby(level=[0, 1]):
         g = g.droplevel([0, 1])
-        for b in (b for b in g.index if "TV_QK_AHEAD" in b or "TV_SPLIT_RELEASE" in b):
+        for b in (b for b in g.index if b != "default"):
             print(
                 f"[{name}] {c:,} x {h} heads, {b}: {g.period[b]:.0f} cycles a tile (default "
                 f"{g.period['default']:.0f}); the loader waits {g.loader_wait_stage[b]:.0f} for a stage "
-                f"(default {g.loader_wait_stage['default']:.0f}); the softmax step {g.softmax[b]:.0f} "
-                f"(default {g.softmax['default']:.0f})"
+                f"(default {g.loader_wait_stage['default']:.0f}); the math has a tile's last part "
+                f"{g.load_to_all[b]:.0f} after its stage frees (default {g.load_to_all['default']:.0f}); "
+                f"the softmax step {g.softmax[b]:.0f} (default {g.softmax['default']:.0f})"
             )
+spread = analysis.default_spread({n: data.load_json(f"history/seesaw_{n}_variants_h200.json") for n in ahead_runs})
+print(f"the default build across these runs: up to {spread['max / min'].max():.3f}x from run to run")
 
 # %% [markdown]
-# All are correct and all are slower. In the Q K^T-ahead builds the loader waits far longer for a
-# stage. A warpgroup's wgmma groups complete in the order they were issued: once Q K^T (t) goes
+# All are correct and none is faster at the median. In the Q K^T-ahead builds the loader waits
+# far longer for a stage. A warpgroup's wgmma groups complete in the order they were issued: once Q K^T (t) goes
 # before the other's P V (t - 1), the wait that frees the other's stage also waits for Q K^T (t),
 # whose tile must land first. The stage's release then depends on the next tile's load, and the
 # loop from a release through the next load, Q K^T and the softmax back to a release spans one
 # tile instead of two. Freeing the stage in halves alone moves the loader's wait to the first
-# half (its trace counts that wait only) and lengthens the softmax step. With two 72 KB stages
-# next to a 72 KB Q there is no room for a third, so the default order keeps the shorter of the
-# two loops. `docs/kernel_notes.md` (seventeenth session) works through the loops with the traced
-# intervals.
+# half (its trace counts that wait only) and lengthens the softmax step. Releasing the stage
+# earlier in the default order does not help either: the tiles then land well before the math
+# needs them, the loader's wait is only the slack the period leaves it, and the period follows
+# the math's chain (the other's P, P V and Q K^T, the softmax, the hand-off). With two 72 KB
+# stages next to a 72 KB Q there is no room for a third, so the default order keeps the shorter
+# of the two loops. `docs/kernel_notes.md` (seventeenth session) works through the loops with the
+# traced intervals.
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -306,6 +306,29 @@ def test_recorded_seventeenth_session_qk_ahead():
             assert all(g.loader_wait_stage[b] > 1.8 * g.loader_wait_stage["default"] for b in ahead), (name, shape)
 
 
+def test_recorded_seventeenth_session_early_parts_and_release():
+    """Only one or two parts of Q K^T ahead (TV_QK_EARLY), and the other's stage released earlier
+    in the default order (TV_RELEASE_FIRST, TV_RELEASE_PART): correct, bit-identical, not faster
+    at the median of either page size; releasing earlier leaves the tiles landed long before the
+    math waits for them (load_to_all up), and draining the P V first lengthens the period."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    for name, builds in (("qk_early", 3), ("release_first", 1), ("release_part", 2)):
+        checks = data.load_json(f"history/native_check_seesaw_{name}_h200.json")["results"]
+        assert len(checks) == 12 * builds and all(passed(r) for r in checks), name
+        doc = data.load_json(f"history/seesaw_{name}_variants_h200.json")
+        assert doc["identity"] and all(r["bit_identical"] for r in doc["identity"]), name
+        table = analysis.variant_table(doc)
+        for b in (c for c in table.columns if c != "default_us" and "/" not in c):
+            assert (table[b].groupby(level="page_size").median() > 1).all(), (name, b)
+    for name, build in (("release_first", "TV_RELEASE_FIRST=1"), ("release_part", "TV_RELEASE_PART=1")):
+        t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
+        for shape in set(t.index.droplevel("build")):
+            g = t.loc[shape]
+            assert g.load_to_all[build] > 1.3 * g.load_to_all["default"] and g.period[build] > g.period["default"]
+
+
 def test_recorded_stalls_rerun_matches_the_recording():
     """The stall sampling re-run after its refactor (bench stalls, history/ncu_stalls_seesaw_rerun)
     puts each role's barrier share within 2 points of data/ncu_stalls_seesaw_h200.json."""
