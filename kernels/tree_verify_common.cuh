@@ -10,19 +10,8 @@
 
 #include "tree_verify_params.cuh"
 
-#ifndef TV_FAST_EXP
-#define TV_FAST_EXP 0  // 1: the softmax's exp2 as one ex2.approx.ftz (denormal results flushed to 0)
-#endif
-
 namespace tvc {
 using tv::VerifyParams;
-
-__device__ __forceinline__ float exp2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float softmax_exp2(float x) { return TV_FAST_EXP ? exp2_fast(x) : exp2f(x); }
 
 // The keys split `split` of request `b` walks: prefix splits first (no mask), then tree splits
 // (ancestor mask), in tiles of BN keys.
@@ -172,15 +161,15 @@ __device__ __forceinline__ float quad_row_max(const float (&s)[BN / 2], int r) {
   return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
 }
 
-// Row r's scores -> exp2(s - m_use) in place; returns this thread's share of their sum (SUM).
-template <int BN, bool SUM = true>
+// Row r's scores -> exp2(s - m_use) in place; returns this thread's share of their sum.
+template <int BN>
 __device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use) {
   float sum = 0.f;
 #pragma unroll
   for (int nt = 0; nt < BN / 8; ++nt) {
-    s[4 * nt + 2 * r] = softmax_exp2(s[4 * nt + 2 * r] - m_use);
-    s[4 * nt + 2 * r + 1] = softmax_exp2(s[4 * nt + 2 * r + 1] - m_use);
-    if constexpr (SUM) sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+    s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
+    s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
+    sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
   }
   return sum;
 }
@@ -202,8 +191,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[
 // online_softmax with a lazily moved reference max (FlashAttention-4's conditional rescale): m_r
 // moves only when the tile's max exceeds it by more than `slack` (log2 units), so P <= 2^slack and
 // on most tiles alpha = 1. Returns whether any row of the warp moved (warp-uniform).
-// SUM = false leaves l_r to add_row_sums (after P has been handed on).
-template <int BN, bool SUM = true>
+template <int BN>
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2],
                                                     float (&alpha)[2], float slack) {
   bool moved = false;
@@ -216,21 +204,9 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&
     alpha[r] = move ? exp2f(m_r[r] - m_use) : 1.f;
     m_r[r] = m_new;
     moved |= move;
-    const float sum = exp2_row<BN, SUM>(s, r, m_use);
-    if constexpr (SUM) l_r[r] = l_r[r] * alpha[r] + sum;
+    l_r[r] = l_r[r] * alpha[r] + exp2_row<BN>(s, r, m_use);
   }
   return __any_sync(0xffffffffu, moved);
-}
-// l_r after online_softmax_lazy<BN, false>: the factor, then this thread's share of P's row sums
-template <int BN>
-__device__ __forceinline__ void add_row_sums(const float (&s)[BN / 2], float (&l_r)[2], const float (&alpha)[2]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-    l_r[r] = l_r[r] * alpha[r] + sum;
-  }
 }
 
 // Scale a thread's NO output values (NO / 4 tiles of 8 columns, two rows) by each row's alpha.

@@ -36,12 +36,6 @@
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
-#ifndef TV_SUM_LATE
-#define TV_SUM_LATE 0  // 1: the row sums of P (t) added after P (t) is handed on
-#endif
-#ifndef TV_RELEASE_PART
-#define TV_RELEASE_PART 3  // the other's stage released once its P V is done and this many parts of
-#endif                     // Q K^T (t) are issued (3: all; 0: before the first part's wait)
 
 namespace tvsee {
 using namespace tvg;
@@ -70,8 +64,6 @@ static_assert(2 * MATH_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget ov
 constexpr float RESCALE_SLACK = 8.f;           // P <= 2^8: O is rescaled only when a row's max moves more
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
-constexpr int RELEASE_PART = TV_RELEASE_PART;
-static_assert(RELEASE_PART >= 0 && RELEASE_PART <= PARTS, "TV_RELEASE_PART: 0 .. PARTS");
 static_assert(NB % PARTS == 0, "whole column blocks per part");
 static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
 static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
@@ -281,15 +273,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (t >= 2) bar_arrive(EMPTY_OURS, NT);
       if (t >= 1) other_tile(t - 1);
       wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
-      const auto release_other = [&]() {
-        fence_o();
-        if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-      };
-      if constexpr (RELEASE_PART == 0) {
-        wgmma_wait<0>();
-        release_other();
-      }
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
@@ -307,17 +290,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           } else if (ks == 0) {
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
           }
-        if (RELEASE_PART > 0 && RELEASE_PART < PARTS && part + 1 == RELEASE_PART) {
-          wgmma_commit();
-          wgmma_wait<1>();
-          release_other();
-        }
       }
       wgmma_commit();
-      if constexpr (RELEASE_PART == PARTS) {
-        wgmma_wait<1>();
-        release_other();
-      }
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
+      fence_o();
+      if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
       // (4) the softmax of tile t
       wgmma_wait<0>();
 #pragma unroll
@@ -332,7 +310,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       }
       bool rescale = false;
       if constexpr (runs(kSkipSoftmax)) {
-        rescale = tvc::online_softmax_lazy<BN, !TV_SUM_LATE>(s, m_r, l_r, alpha, RESCALE_SLACK);
+        rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);
       } else {
         alpha[0] = alpha[1] = 1.f;
       }
@@ -355,7 +333,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
       bar_arrive(P_OURS, 2 * WG);
       trace(C, t, kPArrived);
-      if constexpr (TV_SUM_LATE && runs(kSkipSoftmax)) tvc::add_row_sums<BN>(s, l_r, alpha);
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();

@@ -36,3 +36,15 @@ def test_record_on_cpu_says_so_in_one_line():
     assert res.returncode == 2 and res.stderr.strip() == (
         "specdiag: record needs a CUDA GPU (without one the notebooks show the recordings in data/)"
     )
+
+
+def test_record_runs_without_the_notebook_extras():
+    """A GPU machine may have the kernels' packages but not jupytext: only `run --help` reads the
+    notebooks' parameters, so `record` must not import it."""
+    code = (
+        "import sys; sys.modules['jupytext'] = None; sys.argv = ['specdiag', 'record', '--list']\n"
+        "from specdiag.cli import main; sys.exit(main())"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-500:]
+    assert "check-wgmma_seesaw" in res.stdout

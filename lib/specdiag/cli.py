@@ -63,6 +63,7 @@ def _check_kernel(name: str) -> str | None:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(
         prog="specdiag",
         description="Tree speculative decoding investigation workbook",
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     run = sub.add_parser(
         "run",
         help="execute notebooks/NN_*.py headless with papermill",
-        epilog=_notebook_help() if argv is None or "-h" in argv or "--help" in argv else None,
+        epilog=_notebook_help() if "-h" in argv or "--help" in argv else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument(
