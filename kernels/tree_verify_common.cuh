@@ -161,14 +161,27 @@ __device__ __forceinline__ float quad_row_max(const float (&s)[BN / 2], int r) {
   return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
 }
 
+// exp2 of a score: FAST, one ex2.approx.ftz (a result under 2^-126, a key that far below the row's
+// max, becomes 0); else exp2f, which keeps such results as denormals at three more instructions
+template <bool FAST>
+__device__ __forceinline__ float score_exp2(float x) {
+  if constexpr (FAST) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return exp2f(x);
+  }
+}
+
 // Row r's scores -> exp2(s - m_use) in place; returns this thread's share of their sum.
-template <int BN>
+template <int BN, bool FAST = false>
 __device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use) {
   float sum = 0.f;
 #pragma unroll
   for (int nt = 0; nt < BN / 8; ++nt) {
-    s[4 * nt + 2 * r] = exp2f(s[4 * nt + 2 * r] - m_use);
-    s[4 * nt + 2 * r + 1] = exp2f(s[4 * nt + 2 * r + 1] - m_use);
+    s[4 * nt + 2 * r] = score_exp2<FAST>(s[4 * nt + 2 * r] - m_use);
+    s[4 * nt + 2 * r + 1] = score_exp2<FAST>(s[4 * nt + 2 * r + 1] - m_use);
     sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
   }
   return sum;
@@ -190,8 +203,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[BN / 2], float (&m_r)[
 
 // online_softmax with a lazily moved reference max (FlashAttention-4's conditional rescale): m_r
 // moves only when the tile's max exceeds it by more than `slack` (log2 units), so P <= 2^slack and
-// on most tiles alpha = 1. Returns whether any row of the warp moved (warp-uniform).
-template <int BN>
+// on most tiles alpha = 1. Returns whether any row of the warp moved (warp-uniform). FAST: score_exp2.
+template <int BN, bool FAST = false>
 __device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&m_r)[2], float (&l_r)[2],
                                                     float (&alpha)[2], float slack) {
   bool moved = false;
@@ -204,7 +217,7 @@ __device__ __forceinline__ bool online_softmax_lazy(float (&s)[BN / 2], float (&
     alpha[r] = move ? exp2f(m_r[r] - m_use) : 1.f;
     m_r[r] = m_new;
     moved |= move;
-    l_r[r] = l_r[r] * alpha[r] + exp2_row<BN>(s, r, m_use);
+    l_r[r] = l_r[r] * alpha[r] + exp2_row<BN, FAST>(s, r, m_use);
   }
   return __any_sync(0xffffffffu, moved);
 }

@@ -62,6 +62,7 @@ constexpr int ENTRY_REGS = (65536 / NT) & ~7;  // 168
 constexpr int MATH_REGS = 200, LOAD_REGS = 104;
 static_assert(2 * MATH_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
 constexpr float RESCALE_SLACK = 8.f;           // P <= 2^8: O is rescaled only when a row's max moves more
+constexpr bool FAST_EXP = true;                // the scores' exp2 as one MUFU each (tvc::score_exp2)
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
 static_assert(NB % PARTS == 0, "whole column blocks per part");
@@ -310,7 +311,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       }
       bool rescale = false;
       if constexpr (runs(kSkipSoftmax)) {
-        rescale = tvc::online_softmax_lazy<BN>(s, m_r, l_r, alpha, RESCALE_SLACK);
+        rescale = tvc::online_softmax_lazy<BN, FAST_EXP>(s, m_r, l_r, alpha, RESCALE_SLACK);
       } else {
         alpha[0] = alpha[1] = 1.f;
       }

@@ -331,10 +331,11 @@ def test_recorded_seventeenth_session_early_parts_and_release():
 
 def test_recorded_stalls_rerun_matches_the_recording():
     """The stall sampling re-run after its refactor (bench stalls, history/ncu_stalls_seesaw_rerun)
-    puts each role's barrier share within 2 points of data/ncu_stalls_seesaw_h200.json."""
+    puts each role's barrier share within 2 points of the sixteenth session's recording of the
+    same build (history/ncu_stalls_seesaw_exp2f: the build before one MUFU per exponent)."""
     from specdiag import analysis, data
 
-    a = analysis.stall_table(data.load_json("ncu_stalls_seesaw_h200.json"))
+    a = analysis.stall_table(data.load_json("history/ncu_stalls_seesaw_exp2f_h200.json"))
     b = analysis.stall_table(data.load_json("history/ncu_stalls_seesaw_rerun_h200.json"))
     assert list(a.index) == list(b.index)
     assert ((a.barrier - b.barrier).abs() < 2).all() and (b.samples > 0).all()

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from specdiag import data
 from specdiag.runner import find_notebooks, notebook_parameters, parse_param
 
 
@@ -62,7 +63,8 @@ def test_cli_runs_the_whole_workbook(tmp_path):
     assert "05_native_fix.py" in with_data and all(
         d.startswith(("recorded: data/", "measured here")) for v in with_data.values() for d in v
     )
-    assert "data/peers_h200.json, NVIDIA H200, 2026-12-03" in " ".join(with_data["05_native_fix.py"])
+    peers_date = data.load_json("peers_h200.json")["machine"]["recorded_utc"][:10]
+    assert f"data/peers_h200.json, NVIDIA H200, {peers_date}" in " ".join(with_data["05_native_fix.py"])
     assert "recorded: data/" in (out / "summary.md").read_text()
     assert "without encryption" not in res.stderr  # the kernel runs over IPC, not TCP
 
