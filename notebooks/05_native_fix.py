@@ -559,6 +559,31 @@ print(f"the default build across these runs: up to {spread['max / min'].max():.3
 # traced intervals.
 
 # %% [markdown]
+# **What did shorten the chain?** The softmax step's exponent: `exp2f` compiles to four
+# instructions per score (it keeps results under 2^-126 as denormals), `ex2.approx.ftz` to one
+# (`TV_FAST_EXP=1`); adding the row sums after P is handed on (`TV_SUM_LATE=1`) was tried beside
+# it. Two runs, each beside the build before it (recorded, not re-measured here):
+
+# %%
+for name in ("softmax", "fast_exp"):
+    for line in analysis.variant_summary(data.load_json(f"history/seesaw_{name}_variants_h200.json")):
+        print(f"[{name}] {line}")
+    t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
+    for (c, h), g in t.groupby(level=[0, 1]):
+        g = g.droplevel([0, 1])
+        print(
+            f"[{name}] {c:,} x {h} heads: softmax step {g.softmax['TV_FAST_EXP=1']:.0f} cycles "
+            f"(before: {g.softmax['default']:.0f}), period {g.period['TV_FAST_EXP=1']:.0f} "
+            f"(before: {g.period['default']:.0f})"
+        )
+
+# %% [markdown]
+# One instruction per exponent is faster at the median of both page sizes in both runs and
+# bit-identical on the identity cases, so the seesaw kernel now takes it (`tvc::score_exp2<true>`);
+# section 5's peers and the traces above were recorded with it. The row sums moved later, or the
+# release moved earlier beside it, take the gain back.
+
+# %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
 # costs at page_size=1 is the `auto at page_size=1` line where that was measured. The kernel is
 # not yet at FlashMLA's level nor at the floor: section 5 prints the targets and where they stand,

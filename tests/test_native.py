@@ -163,6 +163,10 @@ def test_seesaw_kernel_sass_uses_warpgroup_mma_and_named_barriers():
     assert "LDGSTS.E.BYPASS.128" in sass  # the loader's tiles
     assert "BAR.ARV" in sass and "BAR.SYNC" in sass  # named barriers between the warpgroups
     assert "LDL" not in sass and "STL" not in sass
+    # the scores' exponents are one MUFU each (score_exp2<true>): exp2f's guard against results
+    # under 2^-126 is left only on the few row factors
+    guards = len(re.findall(r"FSETP\.GEU\.AND .*-126", sass))
+    assert sass.count("MUFU.EX2") >= 64 and guards <= 8
 
 
 def test_kernel_targets():

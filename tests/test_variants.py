@@ -329,6 +329,26 @@ def test_recorded_seventeenth_session_early_parts_and_release():
             assert g.load_to_all[build] > 1.3 * g.load_to_all["default"] and g.period[build] > g.period["default"]
 
 
+def test_recorded_seventeenth_session_fast_exp():
+    """One ex2.approx.ftz per score (TV_FAST_EXP, the default since): correct in both runs,
+    bit-identical on the identity cases, faster at the median of both page sizes in both runs,
+    with a shorter softmax step and period in both traces (what the notes and notebook 05 say)."""
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    for name, builds in (("softmax", 3), ("fast_exp", 2)):
+        checks = data.load_json(f"history/native_check_seesaw_{name}_h200.json")["results"]
+        assert len(checks) == 12 * builds and all(passed(r) for r in checks), name
+        doc = data.load_json(f"history/seesaw_{name}_variants_h200.json")
+        assert all(r["bit_identical"] for r in doc["identity"] if r["defines"] == {"TV_FAST_EXP": 1})
+        med = analysis.variant_table(doc)["TV_FAST_EXP=1"].groupby(level="page_size").median()
+        assert (med < 1).all(), name
+        t = analysis.trace_table(data.load_json(f"history/trace_seesaw_{name}_h200.json")).droplevel([2, 3])
+        for shape in set(t.index.droplevel("build")):
+            g = t.loc[shape]
+            assert g.softmax["TV_FAST_EXP=1"] < g.softmax["default"] and g.period["TV_FAST_EXP=1"] < g.period["default"]
+
+
 def test_recorded_stalls_rerun_matches_the_recording():
     """The stall sampling re-run after its refactor (bench stalls, history/ncu_stalls_seesaw_rerun)
     puts each role's barrier share within 2 points of the sixteenth session's recording of the
