@@ -545,9 +545,9 @@ print(f"the default build across these runs: up to {spread['max / min'].max():.3
 
 # %% [markdown]
 # All are correct and none is faster at the median. In the Q K^T-ahead builds the loader waits
-# far longer for a stage. A warpgroup's wgmma groups complete in the order they were issued: once Q K^T (t) goes
-# before the other's P V (t - 1), the wait that frees the other's stage also waits for Q K^T (t),
-# whose tile must land first. The stage's release then depends on the next tile's load, and the
+# far longer for a stage. A warpgroup's wgmma groups complete in the order they were issued:
+# once Q K^T (t) goes before the other's P V (t - 1), the wait that frees the other's stage also
+# waits for Q K^T (t), whose tile must land first. The stage's release then depends on the next tile's load, and the
 # loop from a release through the next load, Q K^T and the softmax back to a release spans one
 # tile instead of two. Freeing the stage in halves alone moves the loader's wait to the first
 # half (its trace counts that wait only) and lengthens the softmax step. Releasing the stage
