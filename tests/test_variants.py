@@ -47,6 +47,7 @@ def test_parse_variants():
         ["variants", "--impl", "mma", "--defines", "TV_SKIP=1"],
         ["check", "--defines", "TV_SKIP=1"],  # which kernel's source: --impl is needed
         ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
+        ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):

@@ -79,6 +79,8 @@ def main(argv=None) -> int:
         try:
             if a.mode == "check" and a.impl == "auto":
                 raise ValueError("check --defines needs --impl: the kernel whose source they switch")
+            if a.mode == "stalls" and variants:
+                raise ValueError("stalls samples the default build only")
             check_switches("wgmma_seesaw" if a.mode == "trace" or a.impl == "auto" else a.impl, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
