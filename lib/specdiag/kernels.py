@@ -345,26 +345,35 @@ class LoadedKernel:
         return self.config.smem_bytes
 
 
-def module_config(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
-    """The launch shape that a registry row's module, built with the row's ``defines`` and then
-    ``defines``, exports on a torch device (not checked: a variant may change it)."""
+def _spec_module(spec, device_index: int | None, defines: Mapping[str, int] | None):
+    """A registry row's module, built with the row's ``defines`` and then ``defines``."""
+    return load_module(spec.source, device_index, {**dict(spec.defines), **(defines or {})})
+
+
+def _exported_config(mod, source: str) -> KernelConfig:
+    """The launch shape a loaded module exports (``tv_config``)."""
     import numpy as np
     import pycuda.driver as cuda
 
-    mod = load_module(spec.source, device_index, {**dict(spec.defines), **(defines or {})})
     ptr, size = mod.get_global("tv_config")
     cfg = np.empty(4, dtype=np.int32)
     if size != cfg.nbytes:
-        raise RuntimeError(f"{spec.source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
+        raise RuntimeError(f"{source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
     cuda.memcpy_dtoh(cfg, ptr)
     return KernelConfig(*map(int, cfg))
+
+
+def module_config(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
+    """The launch shape that a registry row's module, built with the row's ``defines`` and then
+    ``defines``, exports on a torch device (not checked: a variant may change it)."""
+    return _exported_config(_spec_module(spec, device_index, defines), spec.source)
 
 
 def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> LoadedKernel:
     """A registry row's entry point on a torch device (built with the row's ``defines``, then
     ``defines``), with the launch shape its module exports (checked against the row)."""
-    mod = load_module(spec.source, device_index, {**dict(spec.defines), **(defines or {})})
-    return LoadedKernel(mod.get_function(spec.entry), module_config(spec, device_index, defines).check(spec))
+    mod = _spec_module(spec, device_index, defines)
+    return LoadedKernel(mod.get_function(spec.entry), _exported_config(mod, spec.source).check(spec))
 
 
 class PreparedLaunch:
