@@ -1,0 +1,70 @@
+"""Each kernel of one verify call, as CUPTI records it (torch.profiler): ours (impl="auto", page
+size 1: partial kernel, then merge) and FlashMLA's prefix call (page size 64: split kernel, then
+its combine). 12 calls per shape, a 256 MB L2 flush before each, rotated inputs.
+
+Usage (on the GPU, FlashMLA's wheel importable): python tools/kernel_timeline/timeline.py OUT.json
+Recorded: data/history/kernel_timeline_h200.json (docs/kernel_notes.md, nineteenth session).
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+from specdiag.attention import peers
+from specdiag.bench.timing import Rotation
+from specdiag.cost import SOFTMAX_SCALE
+
+SHAPES = [(185000, 8, 9), (32768, 8, 9), (65536, 16, 9), (131072, 8, 9), (32768, 128, 9), (32768, 64, 65)]
+CALLS = 12
+
+
+def timeline(calls, flush):
+    """[[kernel name, start us from the call's first kernel, duration us], ...] per call."""
+    for c in calls[:3]:
+        c()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(CALLS):
+            flush.zero_()
+            calls[i % len(calls)]()
+        torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    prof.export_chrome_trace(path)
+    events = json.load(open(path))["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    out, cur = [], None
+    for e in kernels:
+        if "fill" in e["name"].lower():  # the flush: a new call starts
+            cur = []
+            out.append(cur)
+        elif cur is not None:
+            cur.append(e)
+    return [[[e["name"][:60], round(e["ts"] - c[0]["ts"], 2), round(e["dur"], 2)] for e in c] for c in out if c]
+
+
+def main(path):
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    res = {}
+    for ctx, h, t in SHAPES:
+        ours = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
+        ops = ours.native_ops(impl="auto")
+        native = timeline([op.run for op in ops], flush)
+        del ops, ours
+        r64 = Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
+        keep = ("q", "kv_pool", "page_table", "prefix_lens")
+        sets = [{k: r64.inputs(i)[k] for k in keep} for i in range(r64.n)]
+        fm = [peers.FlashMLAPrefix(**s, scale=SOFTMAX_SCALE).run for s in sets]
+        res[f"{ctx}x{h}x{t}"] = dict(native=native, flashmla=timeline(fm, flush))
+        del fm, r64
+        torch.cuda.empty_cache()
+        print(ctx, h, t, "done", flush=True)
+    json.dump(res, open(path, "w"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
