@@ -119,6 +119,8 @@ def test_sweep_refuses_unknown_implementations_before_touching_the_gpu():
         "native_wgmma_ps1",
         "native_seesaw",
         "native_seesaw_ps1",
+        "native_wide",
+        "native_wide_ps1",
         "native_auto",
         "native_auto_ps1",
     }

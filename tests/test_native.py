@@ -176,6 +176,7 @@ def test_kernel_targets():
         "mma_small": "sm_90",
         "wgmma": "sm_90a",
         "wgmma_seesaw": "sm_90a",
+        "wgmma_wide": "sm_90a",
     }
     assert not KERNELS["mma"].hopper_only and KERNELS["wgmma_seesaw"].hopper_only
     assert kernels.arch_flags("sm_90") == ["-arch=sm_90"]

@@ -15,11 +15,16 @@
 //      over all 576 dims, both P V halves, and P's trip through shared memory (each stage's P in
 //      the stage's rope block, dims 512..575, which V never reads): where a math warpgroup stores
 //      each P value from its accumulator layout is where the K-major descriptor of both P V
-//      halves reads P[row][key], free of bank conflicts.
+//      halves reads P[row][key], free of bank conflicts;
+//   5. for the wide kernel (keys in M, 72 query rows in N): S^T's two column parts, V^T read
+//      MN-major, and P^T: where warpgroup 0 stores each value (after its lane-pair swap) is where
+//      the no-swizzle K-major descriptor reads P^T[row][key], in the stage's rope block and tail,
+//      never where V^T is read.
 // Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TV_LAYOUT_ONLY
 #include "../../kernels/tree_verify_wgmma.cu"
 #include "../../kernels/tree_verify_seesaw.cu"
+#include "../../kernels/tree_verify_wide.cu"
 
 #include <cstddef>
 #include <cstdio>
@@ -177,7 +182,74 @@ struct Seesaw {
   static uint64_t v_desc(uint32_t base, int wg, int kk) { return tvsee::v_desc(base, wg, kk); }
 };
 
+// The wide kernel (tree_verify_wide.cu), stage 1 of its Smem at byte 0.
+static void check_wide() {
+  using tvwide::BN, tvwide::Epilogue, tvwide::KSTEPS, tvwide::MB, tvwide::NQ, tvwide::NQ0, tvwide::NQ1, tvwide::PT_B;
+  using tvwide::pt_buf, tvwide::pt_desc, tvwide::pt_offset, tvwide::Q_B, tvwide::q_desc, tvwide::ROPE_OFF, tvwide::Smem;
+  using tvwide::STAGE_B, tvwide::vt_desc, tvwide::WG;
+  const uint32_t q_base = 0, k_base = Q_B + STAGE_B;
+  expect(sizeof(Smem) == 232448 && offsetof(Smem, stage) == (size_t)Q_B, "wide: Q and two stages fill 227 KB", (int)sizeof(Smem), 0, 0, 0);
+  expect(STAGE_B % 1024 == 0 && pt_buf(k_base) + PT_B == k_base + STAGE_B, "wide: P^T ends where the stage does", STAGE_B, 0, 0, 0);
+  check_loads<BN, WG>(k_base);  // a key tile, by warpgroup 1
+  std::vector<int> q_seen(NQ * 72, 0);
+  for (int idx = 0; idx < NQ * 72; ++idx) {  // Q, by all 256 threads in the kernel's order
+    const int r = idx / 72, chunk = idx % 72;
+    const uint32_t off = tile_offset(NQ, r, chunk);
+    expect(off % 16 == 0 && off < (uint32_t)Q_B, "wide: Q chunk inside Q", r, chunk, 0, 0);
+    q_seen[off / 16] += 1;
+  }
+  for (int i = 0; i < NQ * 72; ++i) expect(q_seen[i] == 1, "wide: every Q chunk once", i, q_seen[i], 0, 0);
+  for (int ks = 0; ks < KSTEPS; ++ks) {
+    const uint64_t da = kstep_desc(k_base, BN, ks);
+    for (int k = 0; k < 16; ++k) {
+      for (int m = 0; m < BN; ++m) expect(k_major(da, m, k) == element(k_base, BN, m, 16 * ks + k), "wide S^T A = K[key][dim]", ks, m, k, 0);
+      for (int part = 0; part < 2; ++part) {
+        const uint64_t db = q_desc(q_base, part, ks);
+        for (int n = 0; n < (part ? NQ1 : NQ0); ++n)
+          expect(k_major(db, n, k) == element(q_base, NQ, NQ0 * part + n, 16 * ks + k), "wide S^T B = Q[row][dim]", ks, part, n, k);
+      }
+    }
+  }
+  const uint32_t buf = pt_buf(k_base);
+  for (int wg = 0; wg < 2; ++wg)
+    for (int mb = 0; mb < MB; ++mb)
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const uint64_t da = vt_desc(k_base, wg, mb, kk), db = pt_desc(buf, kk);
+        expect(start_of(da) % 1024 == 0 && (db >> 62) == 0, "wide P V: A on a swizzle atom, B unswizzled", wg, mb, kk, 0);
+        for (int k = 0; k < 16; ++k) {
+          for (int m = 0; m < 64; ++m) {
+            const uint32_t a = mn_major(da, m, k);
+            expect(a == element(k_base, BN, 16 * kk + k, 256 * wg + 64 * mb + m), "wide P V A = V[key][dim]", wg, mb, kk, m);
+            expect(a < buf || a >= buf + PT_B, "wide P V reads V outside P^T", wg, mb, kk, m);
+          }
+          for (int n = 0; n < NQ; ++n)
+            expect(k_major_interleave(db, n, k) == buf + pt_offset(n, 16 * kk + k), "wide P V B = P^T[row][key]", kk, n, k, 0);
+        }
+      }
+  // P^T stores: thread (warp w4, g, t4) holds keys 16 w4 + g (+ 8) of columns 8 i + 2 t4 (+ 1);
+  // lanes g and g ^ 1 swap one value, the even one storing column 2 t4's key pair, the odd one 2 t4 + 1's
+  std::vector<int> stored(NQ * BN, 0);
+  for (int w4 = 0; w4 < 4; ++w4)
+    for (int i = 0; i < NQ / 8; ++i)
+      for (int h = 0; h < 2; ++h) {
+        bool bank[32] = {};
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane >> 2, t4 = lane & 3, key = 16 * w4 + g + 8 * h, n0 = 8 * i + 2 * t4;
+          const int n = (g & 1) ? n0 + 1 : n0, k0 = (g & 1) ? key - 1 : key;
+          const uint32_t off = pt_offset(n, k0);
+          expect(off % 4 == 0 && off + 4 <= (uint32_t)PT_B, "wide P^T store inside P^T", n, k0, 0, 0);
+          expect(!bank[(off / 4) % 32], "wide P^T store bank-conflict free", w4, i, h, lane);
+          bank[(off / 4) % 32] = true;
+          stored[n * BN + k0] += 1;
+          stored[n * BN + k0 + 1] += 1;
+        }
+      }
+  for (int i = 0; i < NQ * BN; ++i) expect(stored[i] == 1, "wide: every P^T element stored once", i / BN, i % BN, stored[i], 0);
+  expect(4 * NQ * 4 <= ROPE_OFF && sizeof(Epilogue) <= (size_t)STAGE_B, "wide: scratch fits", 0, 0, 0, 0);
+}
+
 int main() {
+  check_wide();
   const uint32_t q_base = 1024, k_base = 1024 + Q_B + 2 * TILE_B;  // 1024-aligned, the last stage
   check_exchange_banks();
   check_loads<BN>(k_base);
@@ -211,6 +283,6 @@ int main() {
     std::printf("%d failures\n", failures);
     return 1;
   }
-  std::printf("wgmma layout (wgmma and seesaw kernels): all checks passed\n");
+  std::printf("wgmma layout (wgmma, seesaw and wide kernels): all checks passed\n");
   return 0;
 }

@@ -109,6 +109,17 @@ KERNELS = {
             224256,
             ablations=True,
         ),
+        KernelSpec(
+            "wgmma_wide",
+            "tree_verify_wide",
+            "tree_verify_partial_wide",
+            256,
+            72,
+            64,
+            "native_wide",
+            "wgmma, transposed products: 72 query rows per CTA, each key read once per request (sm_90a)",
+            232448,
+        ),
     )
 }
 MERGE = KernelSpec(
