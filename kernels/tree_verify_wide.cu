@@ -44,7 +44,7 @@ constexpr int SV0 = NQ0 / 2;                    // ... of S^T's first part (20)
 constexpr int COLS = NQ / 4;                    // query rows (columns) a thread holds (18)
 constexpr float RESCALE_SLACK = 8.f;            // P <= 2^8: a column's reference moves only past it
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
-static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && NQ0 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
+static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];                 // Q [9 column blocks][72 rows][128 B]
