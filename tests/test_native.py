@@ -169,6 +169,17 @@ def test_seesaw_kernel_sass_uses_warpgroup_mma_and_named_barriers():
     assert sass.count("MUFU.EX2") >= 64 and guards <= 8
 
 
+@needs_sass
+def test_wide_kernel_sass_uses_its_three_wgmma_shapes_and_no_collective_fallback():
+    sass = kernels.sass("tree_verify_wide")
+    assert "HGMMA.64x40x16.F32.BF16" in sass and "HGMMA.64x32x16.F32.BF16" in sass  # S^T's two parts
+    assert "HGMMA.64x72x16.F32.BF16" in sass  # O^T += V^T P^T
+    assert "LDGSTS.E.BYPASS.128" in sass and "BAR.RED.OR" in sass  # the loads; the per-tile vote
+    # shuffles nvcc cannot prove warp-converged get a collective fallback, which spilled here
+    assert "COLLECTIVE" not in sass
+    assert "LDL" not in sass and "STL" not in sass
+
+
 def test_kernel_targets():
     assert {k: s.arch for k, s in KERNELS.items()} == {
         "mma": "sm_90",
