@@ -121,7 +121,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-      for (int mb = 0; mb < MB; ++mb) wgmma_t72<1>(o[mb], vt_desc(base, wg, mb, kk), pt_desc(pt_buf(base), kk), 1);
+      for (int mb = 0; mb < MB; ++mb) wgmma_t72(o[mb], vt_desc(base, wg, mb, kk), pt_desc(pt_buf(base), kk), 1);
     wgmma_commit();
   };
 
@@ -224,8 +224,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
-          wgmma_t40<0>(s0, kstep_desc(kb, BN, ks), q_desc(qb, 0, ks), ks > 0);
-          wgmma_t32<0>(s1, kstep_desc(kb, BN, ks), q_desc(qb, 1, ks), ks > 0);
+          wgmma_t40(s0, kstep_desc(kb, BN, ks), q_desc(qb, 0, ks), ks > 0);
+          wgmma_qk(s1, kstep_desc(kb, BN, ks), q_desc(qb, 1, ks), ks > 0);
         }
         wgmma_commit();
       };
