@@ -13,9 +13,8 @@ import tempfile
 
 import torch
 
-from specdiag.attention import peers
+from specdiag.bench.peers import PEER_IMPLS, peer_calls
 from specdiag.bench.timing import Rotation
-from specdiag.cost import SOFTMAX_SCALE
 
 SHAPES = [(185000, 8, 9), (32768, 8, 9), (65536, 16, 9), (131072, 8, 9), (32768, 128, 9), (32768, 64, 65)]
 CALLS = 12
@@ -51,16 +50,12 @@ def main(path):
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     res = {}
     for ctx, h, t in SHAPES:
-        ours = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
-        ops = ours.native_ops(impl="auto")
-        native = timeline([op.run for op in ops], flush)
-        del ops, ours
-        r64 = Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        keep = ("q", "kv_pool", "page_table", "prefix_lens")
-        sets = [{k: r64.inputs(i)[k] for k in keep} for i in range(r64.n)]
-        fm = [peers.FlashMLAPrefix(**s, scale=SOFTMAX_SCALE).run for s in sets]
-        res[f"{ctx}x{h}x{t}"] = dict(native=native, flashmla=timeline(fm, flush))
-        del fm, r64
+        row = {}
+        for impl in ("native", "flashmla"):  # the peers bench's calls, at its page sizes
+            rot = Rotation(ctx, PEER_IMPLS[impl], t, h, l2, seed=ctx + h + t)
+            row[impl] = timeline(peer_calls(impl, rot)[0], flush)
+            del rot
+        res[f"{ctx}x{h}x{t}"] = row
         torch.cuda.empty_cache()
         print(ctx, h, t, "done", flush=True)
     json.dump(res, open(path, "w"))
