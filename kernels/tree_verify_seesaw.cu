@@ -30,9 +30,6 @@
 #ifndef TV_SKIP
 #define TV_SKIP 0
 #endif
-#ifndef TV_TRACE
-#define TV_TRACE 0
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -87,16 +84,10 @@ static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per 
 enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
 __host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 
-template <int V>
-struct Const {
-  static constexpr int value = V;
-};
-
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
 // math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2: its first warp in
 // slots 0..2, its last warp in slots 3..5), in tv_trace; row TRACE_TILES holds each warpgroup's
 // whole-kernel events (KernelEvent).
-constexpr int TRACE_TILES = 128;
 enum Event : int {
   kTop = 0,       // math: loop top, our P V (t - 2) done | loader: before waiting for tile t's stage
   kOtherP = 1,    // math: P (t - 1) received | loader: the stage is free
@@ -111,22 +102,14 @@ enum KernelEvent : int {
   kLoopEnd = 1,  // math: its last P V done, the epilogue starts | loader: its last copies issued
   kDone = 2,     // math: its partial rows written | loader: its copies landed
 };
-#if TV_TRACE
-extern "C" __device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
-__device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
-#endif
 __device__ __forceinline__ void trace(int who, int t, Event e) {
-#if TV_TRACE
-  if (t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) {
-    if ((threadIdx.x & 127) == 0) tv_trace[who][t][e] = clock64();
-    if (who == 2 && threadIdx.x == NT - 32) tv_trace[who][t][e + 3] = clock64();
+  if (TV_TRACE && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) {
+    if ((threadIdx.x & 127) == 0) trace_clock(who, t, e);
+    if (who == 2 && threadIdx.x == NT - 32) trace_clock(who, t, e + 3);
   }
-#endif
 }
 __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
-#if TV_TRACE
-  if ((threadIdx.x & 127) == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) tv_trace[who][TRACE_TILES][e] = clock64();
-#endif
+  if (TV_TRACE && (threadIdx.x & 127) == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) trace_clock(who, TRACE_TILES, e);
 }
 
 // ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----

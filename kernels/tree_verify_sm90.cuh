@@ -104,18 +104,41 @@ __device__ __forceinline__ Smem& exact_smem() {
   return *reinterpret_cast<Smem*>(smem);
 }
 
-// Named barriers (ids 1..15; 0 is __syncthreads), every kernel's in this one list.
+// TV_TRACE=1 builds: the clock64() buffer a kernel's trace events fill, [who][tile][slot] with row
+// TRACE_TILES for whole-kernel events (read by specdiag.bench.trace)
+#ifndef TV_TRACE
+#define TV_TRACE 0
+#endif
+constexpr int TRACE_TILES = 128;
+#if TV_TRACE
+extern "C" __device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
+__device__ unsigned long long tv_trace[3][TRACE_TILES + 1][8];
+#endif
+__device__ __forceinline__ void trace_clock(int who, int row, int slot) {
+#if TV_TRACE
+  tv_trace[who][row][slot] = clock64();
+#endif
+}
+
+// a compile-time int as a value (a lambda's `auto` argument that its body uses as a constant)
+template <int V>
+struct Const {
+  static constexpr int value = V;
+};
+
+// Named barriers (ids 1..15; 0 is __syncthreads), every kernel's in this one list; the kernels
+// run in separate CTAs, so their ids may coincide.
 enum NamedBarrier : int {
   kBarEmpty0 = 1,  // seesaw: stage 0 free (math warpgroups arrive, the loader waits)
   kBarEmpty1 = 2,  // seesaw: stage 1 free
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarKReady = 6,  // wide: the next key tile has landed (warpgroup 1 arrives, 0 waits)
-  kBarKFree = 7,   // wide: warpgroup 0's P V of a tile is done, its stage may be refilled
-  kBarPReady0 = 8, // wide: P^T and the column factors of an even tile are out
-  kBarPReady1 = 9, // wide: the same for an odd tile
-  kBarWideWg0 = 10,  // wide: warpgroup 0 alone (the per-tile vote, P^T's stores)
+  kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
+  kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
+  kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile and its factors out, and whether any moved (wg0 <-> wg1)
+  kBarWideWg0 = 11,    // wide: warpgroup 0 alone (the per-tile vote, P^T's stores)
+  kBarWideSums = 12,   // wide: the final max and sums out (wg0 -> both math warpgroups)
 };
 // named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }

@@ -3,16 +3,20 @@
 // so a request reads each key once. Keys are the M of every wgmma, query rows its N:
 //   S^T [64 keys x 72 rows]   = K Q^T    (A = the key tile, K-major; B = Q in two parts, 40 + 32 rows)
 //   O^T [512 dims x 72 rows] += V^T P^T  (A = the tile read MN-major; B = P^T, no swizzle)
-//   * warpgroup 0: S^T, the mask and the lazy online softmax, P^T, O^T[0:256];
-//   * warpgroup 1: every load (cp.async), O^T[256:512], rescaled by warpgroup 0's column factors.
+//   * warpgroup 0: S^T part by part as the tile lands, the mask and the lazy online softmax, P^T,
+//     O^T[0:256];
+//   * warpgroup 1: O^T[256:512], rescaled by warpgroup 0's column factors;
+//   * warpgroup 2: every load (cp.async): Q, then each tile in 3 parts of 3 column blocks.
 // Q and two stages fill the 227 KB: P^T (t) goes where tile t's rope block was (only S^T (t)
 // reads it) and a 1 KB tail; the column factors go through the CTA's own o_part rows (global,
 // rewritten by the epilogue), the rare column-max reduction through the rope block.
-// Named barriers (tvg::NamedBarrier; one warpgroup arrives, the other waits):
-//   kBarKReady   wg1 -> wg0  tile j + 1 has landed
-//   kBarKFree    wg0 -> wg1  wg0's P V (j) is done: tile j + 2 may go where tile j was
-//   kBarPReady*  wg0 -> wg1  P^T (t) and its factors are out (one per tile parity)
-//   kBarWideWg0  wg0 alone   the per-tile "any column moved" vote and P^T's stores
+// Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s):
+//   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed
+//   kBarWideFree + s             wg0, wg1 -> loader  both P V of the stage's tile are done
+//   kBarWidePReady + s           wg0 <-> wg1  P^T of the stage's tile and its factors are out; the OR
+//                                             of "some column's factor < 1" (bar.red, so wg0 waits for wg1)
+//   kBarWideWg0                  wg0 alone    the per-tile "any column moved" vote, P^T's stores
+//   kBarWideSums                 wg0 -> wg0, wg1  the final max and sums in Epilogue
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -36,13 +40,25 @@ constexpr int STAGE_B = ROPE_OFF + PT_B;        // the tile, then P^T's tail pas
 constexpr int Q_B = NB * NQ * 128;              // 82944
 constexpr int STAGES = 2;
 constexpr int WG = 128;
-constexpr int NT = 2 * WG;
+constexpr int NT = 3 * WG;                      // math warpgroups 0 and 1, loader 2
+constexpr int PARTS = 3, PART_BLOCKS = NB / PARTS;  // a tile lands in 3 parts of 3 column blocks
+constexpr int PART_KSTEPS = PART_BLOCKS * 4;    // S^T's k-steps over one part (12)
+// setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
+// 168): warpgroup 0 holds S^T and half of O^T, warpgroup 1 half of O^T, the loader addresses
+constexpr int ENTRY_REGS = (65536 / NT) & ~7;
+constexpr int SOFTMAX_REGS = 240, PV_REGS = 184, LOAD_REGS = 80;
+static_assert(SOFTMAX_REGS + PV_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
+static_assert(PARTS * PART_BLOCKS == NB, "whole column blocks per part");
 constexpr int KSTEPS = D / 16;                  // k-steps of S^T (36)
+static_assert(PARTS * PART_KSTEPS == KSTEPS, "the parts' k-steps cover S^T");
 constexpr int MB = DV / 64 / 2;                 // 64-dim output blocks per warpgroup (4)
 constexpr int SV = NQ / 2;                      // registers of one m64 x 72 accumulator (36)
 constexpr int SV0 = NQ0 / 2;                    // ... of S^T's first part (20)
 constexpr int COLS = NQ / 4;                    // query rows (columns) a thread holds (18)
-constexpr float RESCALE_SLACK = 8.f;            // P <= 2^8: a column's reference moves only past it
+// P <= 2^64: a column's reference moves only past it, so after a split's first tile O^T is
+// rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
+// and the sums stay far inside bf16 / float32 range
+constexpr float RESCALE_SLACK = 64.f;
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
@@ -52,6 +68,17 @@ struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte a
 };
 constexpr int SMEM_BYTES = sizeof(Smem);  // all of sm_90's 227 KB: no slack, the base must be aligned (exact_smem)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
+// TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
+// warpgroup (thread 0 of each), in tv_trace[who][tile][event] (specdiag.bench.trace.trace_wide)
+enum Event : int {
+  kTop = 0, kPart0 = 1, kQKIssued = 2, kQKDone = 3, kPOut = 4,  // wg0: step top, S^T's first part in, issued, done, P^T out
+  kWaitP = 0, kGotP = 1, kPVIssued = 2, kPVDone = 3,            // wg1: before and after P_READY, P V issued, done
+  kWaitFree = 0, kFree = 1, kIssued = 2, kLanded = 3,           // loader: before and after FREE, copies issued, landed
+};
+__device__ __forceinline__ void trace(int who, int t, Event e) {
+  if (TV_TRACE && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0) trace_clock(who, t, e);
+}
+
 struct Epilogue {  // after the loop, in stage 0
   float red[4][NQ];  // per warp of warpgroup 0: column sums
   float m[NQ], l[NQ];
@@ -86,301 +113,351 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * STAGE_B; };
-  // this CTA's rows of o_part: the factors of tile parity x at [col][x], the "moved" flag at [0][2 + x]
-  float* const scratch = p.o_part + (((size_t)b * p.NS + split) * p.R + row0) * DV;
-  const int cols_here = min(NQ, p.R - row0);
+  const auto landed = [](int tile, int part) { return kBarWideLanded + 3 * (tile & 1) + part; };
+  const auto freed = [](int tile) { return kBarWideFree + (tile & 1); };
+  const auto p_ready = [](int tile) { return kBarWidePReady + (tile & 1); };
+  static_assert(PARTS == 3, "three LANDED barriers per stage");
 
-  float o[MB][SV];
+  if (wg == 2) {
+    // ------------------------------------------------ warpgroup 2: every load
+    setmaxnreg_dec<LOAD_REGS>();
+    if (n > 0) {
+      const int t = tid - 2 * WG;
+      constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
+      const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
+      // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
+      // own page-table entry); past the part: row 0, and the copy zero-fills
+      auto rows_of = [&](int tile, int (&rw)[ROWS_T]) {
+        int pg[ROWS_T];
+        const int tok0 = (w.tile_begin + tile) * BN;
+        tile_pages<BN, WG>(p, pg, w, tok0, t, b);
 #pragma unroll
-  for (int mb = 0; mb < MB; ++mb)
+        for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, w, tok0 + load_row<WG>(t, i), pg[i]);
+      };
+      // tile `tile` in PARTS cp.async groups
+      auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
+        const int tok0 = (w.tile_begin + tile) * BN;
+        const uint32_t dst = stage(tile);
+#pragma unroll 1  // (unrolled, nvcc holds all 36 destinations in registers and spills)
+        for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
-    for (int i = 0; i < SV; ++i) o[mb][i] = 0.f;
-  float m_c[COLS], l_c[COLS];  // per column: max (log2 units) and sum, set after the loop
+          for (int i = 0; i < ROWS_T; ++i) {
+            const __nv_bfloat16* src = src0 + (size_t)rw[i] * D;
+            const int bytes = tok0 + load_row<WG>(t, i) < w.kv_len ? 16 : 0;
 #pragma unroll
-  for (int ci = 0; ci < COLS; ++ci) {
-    m_c[ci] = -INFINITY;
-    l_c[ci] = 0.f;
+            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
+              const int chunk = load_chunk(t, c);
+              cp_async16(dst + tile_offset(BN, load_row<WG>(t, i), chunk), src + chunk * 8, bytes);
+            }
+          }
+          cp_async_commit();
+        }
+      };
+      // each part of `tile` as this thread's copies of it land (`later` groups were issued after
+      // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
+      auto announce = [&](int tile, auto later) {
+        constexpr int L = decltype(later)::value;
+        cp_async_wait<L + 2>();
+        fence_proxy_async();  // the copies are read by wgmma (async proxy)
+        bar_arrive(landed(tile, 0), 2 * WG);
+        cp_async_wait<L + 1>();
+        fence_proxy_async();
+        bar_arrive(landed(tile, 1), 2 * WG);
+        cp_async_wait<L>();
+        fence_proxy_async();
+        bar_arrive(landed(tile, 2), 2 * WG);
+      };
+      for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
+        const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
+        cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
+      }
+      cp_async_commit();
+      int rw[ROWS_T];
+      rows_of(0, rw);
+      load_tile(0, rw);
+      if (n > 1) {
+        rows_of(1, rw);
+        load_tile(1, rw);
+        announce(0, Const<PARTS>{});
+        announce(1, Const<0>{});
+      } else {
+        announce(0, Const<0>{});
+      }
+      for (int j = 0; j + 2 < n; ++j) {
+        rows_of(j + 2, rw);      // (the page-table reads ahead of the wait)
+        trace(2, j + 2, kWaitFree);
+        bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
+        trace(2, j + 2, kFree);
+        load_tile(j + 2, rw);
+        trace(2, j + 2, kIssued);
+        announce(j + 2, Const<0>{});
+        trace(2, j + 2, kLanded);
+      }
+    }
+    return;
   }
-  auto fence_o = [&]() {
+
+  // ------------------------------------------------ warpgroups 0 and 1: the math
+  // (each its own instance: ptxas takes code after two setmaxnreg counts at the entry count)
+  auto math = [&](auto role) {
+    constexpr int C = decltype(role)::value;  // 0: S^T, softmax, O^T[0:256]; 1: O^T[256:512]
+    // this CTA's rows of o_part: the column factors of tile parity x at [col][x]
+    float* const scratch = p.o_part + (((size_t)b * p.NS + split) * p.R + row0) * DV;
+    const int cols_here = min(NQ, p.R - row0);
+
+    float o[MB][SV];
 #pragma unroll
     for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-      for (int i = 0; i < SV; ++i) fence_operand(o[mb][i]);
-  };
-  auto rescale_col = [&](int ci, float a) {
+      for (int i = 0; i < SV; ++i) o[mb][i] = 0.f;
+    auto fence_o = [&]() {
 #pragma unroll
-    for (int mb = 0; mb < MB; ++mb) {
-      o[mb][4 * (ci >> 1) + (ci & 1)] *= a;
-      o[mb][4 * (ci >> 1) + 2 + (ci & 1)] *= a;
-    }
-  };
-  // (the products' shared-memory bases pass through tvg::opaque: with them visible, nvcc hoists
-  // every descriptor out of the loop and spills them)
-  auto issue_pv = [&](int tile) {  // O^T[256 wg ..] += V^T P^T (tile), asynchronous
-    const uint32_t base = opaque(stage(tile));
+      for (int mb = 0; mb < MB; ++mb)
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
+        for (int i = 0; i < SV; ++i) fence_operand(o[mb][i]);
+    };
+    auto rescale_col = [&](int ci, float a) {
 #pragma unroll
-      for (int mb = 0; mb < MB; ++mb) wgmma_t72(o[mb], vt_desc(base, wg, mb, kk), pt_desc(pt_buf(base), kk), 1);
-    wgmma_commit();
-  };
-
-  if (n > 0) {
-    for (int idx = tid; idx < NQ * 72; idx += NT) {  // Q: a quarter-warp per 128 bytes of a row
-      const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
-      cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
-    }
-    cp_async_commit();
-
-    if (wg == 1) {
-      // ------------------------------------------------ warpgroup 1: loads, O^T[256:512]
-      const int t = tid - WG;
-      constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
-      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) {
-          const __nv_bfloat16* src;
-          int bytes;
-          tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src, bytes);
-#pragma unroll
-          for (int c = 0; c < NB; ++c) {
-            const int chunk = load_chunk(t, c);
-            cp_async16(stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk), src + chunk * 8, bytes);
-          }
-        }
-        cp_async_commit();
-      };
-      int pg[ROWS_T];
-      pages_of(0, pg);
-      load_tile(0, pg);
-      if (n > 1) {
-        pages_of(1, pg);
-        load_tile(1, pg);
-        if (n > 2) pages_of(2, pg);
-        cp_async_wait<1>();  // Q and tile 0
-      } else {
-        cp_async_wait<0>();
+      for (int mb = 0; mb < MB; ++mb) {
+        o[mb][4 * (ci >> 1) + (ci & 1)] *= a;
+        o[mb][4 * (ci >> 1) + 2 + (ci & 1)] *= a;
       }
-      fence_proxy_async();
-      __syncthreads();  // (1) Q and tile 0 visible to both warpgroups
+    };
+    // (the products' shared-memory bases pass through tvg::opaque: with them visible, nvcc hoists
+    // every descriptor out of the loop and spills them)
+    auto issue_pv = [&](int tile) {  // O^T[256 C ..] += V^T P^T (tile), asynchronous
+      const uint32_t base = opaque(stage(tile));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
+      wgmma_commit();
+    };
 
-      for (int j = 0; j < n; ++j) {
-        // wg0 arrives P_READY (j + 2) only after our K_READY (j + 2), which follows this wait
-        bar_sync((j & 1) ? kBarPReady1 : kBarPReady0, NT);
-        if (scratch[2 + (j & 1)] != 0.f) {  // some column's reference moved: its factor is < 1
+    if (n > 0) {
+      if constexpr (C == 1) {
+        // ------------------------------------------------ warpgroup 1: O^T[256:512]
+        for (int j = 0; j < n; ++j) {
+          // P_READY is a bar.red that both warpgroups meet once per tile; its OR says some column's
+          // reference moved (factor < 1): only then a global read, which waits behind the loader's copies
+          trace(1, j, kWaitP);
+          const bool rescale = bar_red_or(p_ready(j), 2 * WG, false);
+          trace(1, j, kGotP);
+          fence_proxy_async();  // (the tile reached us through wg0's barriers)
+          if (rescale) {
+            fence_o();
+#pragma unroll
+            for (int ci = 0; ci < COLS; ++ci) {
+              const int col = col_of(ci, t4);
+              if (col < cols_here) rescale_col(ci, scratch[(size_t)col * DV + (j & 1)]);
+            }
+          }
           fence_o();
+          wgmma_fence();
+          issue_pv(j);
+          trace(1, j, kPVIssued);
+          wgmma_wait<0>();
+          trace(1, j, kPVDone);
+          fence_o();
+          if (j + 2 < n) bar_arrive(freed(j), NT);
+        }
+      } else {
+        // ------------------------------------------------ warpgroup 0: scores, softmax, O^T[0:256]
+        float s0[SV0], s1[SV - SV0];  // S^T's two parts: columns 0..39 and 40..71
+        // each column's reference max (log2 units), held once per t4 across its 8 lanes: column
+        // index ci in md[ci / 8] of lane g = ci % 8 (18 registers would spill)
+        float md[3] = {-INFINITY, -INFINITY, -INFINITY};
+        // this thread's share of the column sums: column index 2 i + g % 2 in lh[i], over the key
+        // pair P^T's lane-pair swap gives it (18 registers would spill)
+        float lh[COLS / 2];
+#pragma unroll
+        for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
+        auto m_of = [&](int ci) { return __shfl_sync(0xffffffffu, md[ci >> 3], (ci & 7) * 4 + t4); };
+        // entry e of S^T as one m64 x 72 accumulator (the order of tvwide::col_of)
+        auto S = [&](int e) -> float& { return e < SV0 ? s0[e] : s1[e - SV0]; };
+        auto fence_s = [&]() {
+#pragma unroll
+          for (int i = 0; i < SV; ++i) fence_operand(S(i));
+        };
+        // S^T = K Q^T (tile) over all 576 dims in two independent chains, each part of the tile as it lands
+        auto issue_qk = [&](int tile) {
+          const uint32_t kb = opaque(stage(tile)), qb = opaque(sQ);
+          fence_s();
+          wgmma_fence();
+#pragma unroll
+          for (int part = 0; part < PARTS; ++part) {
+            bar_sync(landed(tile, part), 2 * WG);
+            if (part == 0) trace(0, tile, kPart0);
+#pragma unroll
+            for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
+              wgmma_t40(s0, kstep_desc(kb, BN, ks), q_desc(qb, 0, ks), ks > 0);
+              wgmma_qk(s1, kstep_desc(kb, BN, ks), q_desc(qb, 1, ks), ks > 0);
+            }
+          }
+          wgmma_commit();
+          trace(0, tile, kQKIssued);
+        };
+        // S^T of `tile` (waited for) -> masked lazy online softmax per column -> P^T (bf16) where the
+        // tile's rope block was, the column factors in global (past a split's first tile, when one
+        // moved) and the "moved" flag through P_READY (tile % 2)
+        auto softmax_tile = [&](int tile) {
+          fence_s();
+          if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
+#pragma unroll
+            for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
+          } else {
+            const int tok0 = (w.tile_begin + tile) * BN + wr + g;
+#pragma unroll
+            for (int i = 0; i < SV / 4; ++i)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int tok = tok0 + 8 * (e >> 1), grow = row0 + 8 * i + 2 * t4 + (e & 1);
+                S(4 * i + e) = tvc::key_visible(p, tok, w, grow, b) ? S(4 * i + e) * p.scale_log2 : -INFINITY;
+              }
+          }
+          // Does any column's max pass its reference by more than the slack? One vote over the
+          // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
+          // the 4 warps through the rope block, which S^T no longer reads)
+          bool need = false;
 #pragma unroll
           for (int ci = 0; ci < COLS; ++ci) {
-            const int col = col_of(ci, t4);
-            if (col < cols_here) rescale_col(ci, scratch[(size_t)col * DV + (j & 1)]);
+            const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+            need |= v > m_of(ci) + RESCALE_SLACK;
           }
-        }
-        fence_o();
-        wgmma_fence();
-        issue_pv(j);
-        if (j + 1 < n) {
-          cp_async_wait<0>();  // tile j + 1, issued at the end of the last iteration
-          fence_proxy_async();
-          bar_arrive(kBarKReady, NT);  // wg0 waits for it in its step j
-        }
-        wgmma_wait<0>();
-        fence_o();
-        if (j + 2 < n) {
-          // tile j + 2 goes where tile j was: wg0's P V (j) done (it arrives K_FREE after its
-          // K_READY wait of step j, which we arrived above), ours just waited for
-          bar_sync(kBarKFree, NT);
-          load_tile(j + 2, pg);
-          if (j + 3 < n) pages_of(j + 3, pg);
-        }
-      }
-      __syncthreads();  // (2) wg0 has left the final max and sums in Epilogue
-    } else {
-      // ------------------------------------------------ warpgroup 0: scores, softmax, O^T[0:256]
-      cp_async_wait<0>();  // our share of Q
-      fence_proxy_async();
-      __syncthreads();  // (1)
-
-      float s0[SV0], s1[SV - SV0];  // S^T's two parts: columns 0..39 and 40..71
-      // each column's reference max (log2 units), held once per t4 across its 8 lanes: column
-      // index ci in md[ci / 8] of lane g = ci % 8 (18 registers would spill)
-      float md[3] = {-INFINITY, -INFINITY, -INFINITY};
-      // this thread's share of the column sums: column index 2 i + g % 2 in lh[i], over the key
-      // pair P^T's lane-pair swap gives it (18 registers would spill)
-      float lh[COLS / 2];
+          need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
+          bool moved = false;
+          const uint32_t buf = pt_buf(stage(tile));
+          float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
+          if (need) {
 #pragma unroll
-      for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
-      auto m_of = [&](int ci) { return __shfl_sync(0xffffffffu, md[ci >> 3], (ci & 7) * 4 + t4); };
-      // entry e of S^T as one m64 x 72 accumulator (the order of tvwide::col_of)
-      auto S = [&](int e) -> float& { return e < SV0 ? s0[e] : s1[e - SV0]; };
-      auto fence_s = [&]() {
+            for (int ci = 0; ci < COLS; ++ci) {
+              float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+              if (g == 0) red[w4 * NQ + col_of(ci, t4)] = v;
+            }
+            bar_sync(kBarWideWg0, WG);
 #pragma unroll
-        for (int i = 0; i < SV; ++i) fence_operand(S(i));
-      };
-      auto issue_qk = [&](int tile) {  // S^T = K Q^T (tile) over all 576 dims, two independent chains
-        const uint32_t kb = opaque(stage(tile)), qb = opaque(sQ);
-        fence_s();
-        wgmma_fence();
+            for (int ci = 0; ci < COLS; ++ci) {
+              const int col = col_of(ci, t4);
+              const float m4 = fmaxf(fmaxf(red[col], red[NQ + col]), fmaxf(red[2 * NQ + col], red[3 * NQ + col]));
+              const float m_old = m_of(ci);
+              const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
+              const float m_new = move ? m4 : m_old;
+              const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
+              if (g == (ci & 7)) md[ci >> 3] = m_new;
+              moved |= move;
+              if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
+              rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
+              if (tile > 0 && w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
+            }
+            bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
+          }
+          // (every warp saw the same maxima; on the first tile O^T is still zero)
+          const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
-          wgmma_t40(s0, kstep_desc(kb, BN, ks), q_desc(qb, 0, ks), ks > 0);
-          wgmma_qk(s1, kstep_desc(kb, BN, ks), q_desc(qb, 1, ks), ks > 0);
-        }
-        wgmma_commit();
-      };
-      // S^T of `tile` (waited for) -> masked lazy online softmax per column -> P^T (bf16) where the
-      // tile's rope block was, the factors and the flag in global; arrives P_READY (tile % 2)
-      auto softmax_tile = [&](int tile) {
-        fence_s();
-        if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
-#pragma unroll
-          for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
-        } else {
-          const int tok0 = (w.tile_begin + tile) * BN + wr + g;
+          for (int ci = 0; ci < COLS; ++ci) {
+            const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
+            const int i = ci >> 1, c = ci & 1;
+            S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
+            S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
+          }
+          // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
+          // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
 #pragma unroll
           for (int i = 0; i < SV / 4; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int tok = tok0 + 8 * (e >> 1), grow = row0 + 8 * i + 2 * t4 + (e & 1);
-              S(4 * i + e) = tvc::key_visible(p, tok, w, grow, b) ? S(4 * i + e) * p.scale_log2 : -INFINITY;
+            for (int h = 0; h < 2; ++h) {
+              const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
+              const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
+              const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
+              if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
+              else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+              lh[i] += (g & 1) ? other + v1 : v0 + other;
             }
-        }
-        // Does any column's max pass its reference by more than the slack? One vote over the
-        // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
-        // the 4 warps through the rope block, which S^T no longer reads)
-        bool need = false;
-#pragma unroll
-        for (int ci = 0; ci < COLS; ++ci) {
-          const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-          need |= v > m_of(ci) + RESCALE_SLACK;
-        }
-        need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
-        bool moved = false;
-        const uint32_t buf = pt_buf(stage(tile));
-        float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
-        if (need) {
-#pragma unroll
-          for (int ci = 0; ci < COLS; ++ci) {
-            float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
-            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
-            if (g == 0) red[w4 * NQ + col_of(ci, t4)] = v;
-          }
-          bar_sync(kBarWideWg0, WG);
-#pragma unroll
-          for (int ci = 0; ci < COLS; ++ci) {
-            const int col = col_of(ci, t4);
-            const float m4 = fmaxf(fmaxf(red[col], red[NQ + col]), fmaxf(red[2 * NQ + col], red[3 * NQ + col]));
-            const float m_old = m_of(ci);
-            const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
-            const float m_new = move ? m4 : m_old;
-            const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
-            if (g == (ci & 7)) md[ci >> 3] = m_new;
-            moved |= move;
-            if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
-            rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
-            if (w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
-          }
-          bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
-        }
-        const bool rescale = need && __any_sync(0xffffffffu, moved);  // every warp saw the same maxima
-#pragma unroll
-        for (int ci = 0; ci < COLS; ++ci) {
-          const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
-          const int i = ci >> 1, c = ci & 1;
-          S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
-          S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
-        }
-        // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
-        // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
-#pragma unroll
-        for (int i = 0; i < SV / 4; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
-            const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
-            const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
-            if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
-            else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
-            lh[i] += (g & 1) ? other + v1 : v0 + other;
-          }
-        if (tid == 0) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
-        fence_proxy_async();            // P^T is read by wgmma (async proxy)
-        bar_sync(kBarWideWg0, WG);      // ... by ours too: every warp's share in place
-        bar_arrive((tile & 1) ? kBarPReady1 : kBarPReady0, NT);
-      };
+          fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
+          bar_red_or(p_ready(tile), 2 * WG, rescale);  // every warp's share of P^T is in place
+          trace(0, tile, kPOut);
+        };
 
-      issue_qk(0);
-      wgmma_wait<0>();
-      softmax_tile(0);  // O^T is still zero
-      for (int j = 0; j + 1 < n; ++j) {
+        // softmax_tile is called in one place: with a second copy for the first tile, each copy's
+        // first run waited on instruction fetches (about 15,000 cycles each on an H100)
+        // softmax_tile is inlined once, inside the loop: a second copy for tile 0 ran cold, and
+        // each copy's first run waited about 15,000 cycles on instruction fetches (H100 trace)
+        trace(0, 0, kTop);
+        issue_qk(0);
+        wgmma_wait<0>();
+        for (int j = -1; j + 1 < n; ++j) {
+          if (j >= 0) {
+            fence_o();
+            wgmma_fence();
+            trace(0, j + 1, kTop);
+            issue_pv(j);
+            issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
+            wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
+            fence_o();
+            if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
+            wgmma_wait<0>();
+          }
+          trace(0, j + 1, kQKDone);
+          softmax_tile(j + 1);
+        }
         fence_o();
         wgmma_fence();
-        issue_pv(j);
-        bar_sync(kBarKReady, NT);  // tile j + 1 in shared memory
-        issue_qk(j + 1);           // the tensor cores interleave it with P V (j): separate registers
-        wgmma_wait<1>();           // P V (j) done, S^T (j + 1) may run on
-        fence_o();
-        // tile j's stage is free on our side; our next K_FREE (step j + 1) comes after step j + 1's
-        // K_READY wait, which wg1 arrives after its K_FREE wait
-        if (j + 2 < n) bar_arrive(kBarKFree, NT);
+        issue_pv(n - 1);
         wgmma_wait<0>();
-        softmax_tile(j + 1);
-      }
-      fence_o();
-      wgmma_fence();
-      issue_pv(n - 1);
-      wgmma_wait<0>();
-      fence_o();
-      // whole column sums: the 4 lanes of a t4 and key parity, then the 4 warps (stage 0 is free:
-      // every load has landed and every P V is done)
-      Epilogue& ep = *reinterpret_cast<Epilogue*>(sm.stage[0]);
+        fence_o();
+        // whole column sums: the 4 lanes of a t4 and key parity, then the 4 warps (in stage 0's column
+        // block 0: every load has landed, and only our P V read it)
+        Epilogue& ep = *reinterpret_cast<Epilogue*>(sm.stage[0]);
 #pragma unroll
-      for (int i = 0; i < COLS / 2; ++i) {
-        float l = lh[i];
-        l += __shfl_xor_sync(0xffffffffu, l, 8);
-        l += __shfl_xor_sync(0xffffffffu, l, 16);
-        if (g < 2) ep.red[w4][col_of(2 * i + g, t4)] = l;
-      }
-      bar_sync(kBarWideWg0, WG);
+        for (int i = 0; i < COLS / 2; ++i) {
+          float l = lh[i];
+          l += __shfl_xor_sync(0xffffffffu, l, 8);
+          l += __shfl_xor_sync(0xffffffffu, l, 16);
+          if (g < 2) ep.red[w4][col_of(2 * i + g, t4)] = l;
+        }
+        bar_sync(kBarWideWg0, WG);
 #pragma unroll
-      for (int ci = 0; ci < COLS; ++ci) {
-        const float mv = m_of(ci);
-        if (w4 == 0 && g == 0) {
-          const int col = col_of(ci, t4);
-          ep.m[col] = mv;
-          ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
+        for (int ci = 0; ci < COLS; ++ci) {
+          const float mv = m_of(ci);
+          if (w4 == 0 && g == 0) {
+            const int col = col_of(ci, t4);
+            ep.m[col] = mv;
+            ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
+          }
         }
       }
-      __syncthreads();  // (2)
+      bar_sync(kBarWideSums, 2 * WG);  // wg0 has left the final max and sums in Epilogue
     }
     const Epilogue& ep = *reinterpret_cast<const Epilogue*>(sm.stage[0]);
+
+    // ---- epilogue: normalised partial O (rows = columns of O^T) and its lse (natural log); an
+    // empty split writes O = 0 and lse = -inf; a NaN sum stays NaN ----
 #pragma unroll
     for (int ci = 0; ci < COLS; ++ci) {
-      m_c[ci] = ep.m[col_of(ci, t4)];
-      l_c[ci] = ep.l[col_of(ci, t4)];
-    }
-  }
-  cp_async_wait<0>();
-
-  // ---- epilogue: normalised partial O (rows = columns of O^T) and its lse (natural log); an
-  // empty split writes O = 0 and lse = -inf; a NaN sum stays NaN ----
+      const int col = col_of(ci, t4), grow = row0 + col;
+      if (grow >= p.R) continue;
+      const int i = ci >> 1, c = ci & 1;
+      const float l = n > 0 ? ep.l[col] : 0.f;  // per column: sum and max (log2 units)
+      const float inv = l == 0.f ? 0.f : 1.f / l;
+      float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * DV + C * (DV / 2) + wr + g;
 #pragma unroll
-  for (int ci = 0; ci < COLS; ++ci) {
-    const int col = col_of(ci, t4), grow = row0 + col;
-    if (grow >= p.R) continue;
-    const int i = ci >> 1, c = ci & 1;
-    const float inv = l_c[ci] == 0.f ? 0.f : 1.f / l_c[ci];
-    float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * DV + wg * (DV / 2) + wr + g;
-#pragma unroll
-    for (int mb = 0; mb < MB; ++mb) {
-      dst[64 * mb] = o[mb][4 * i + c] * inv;
-      dst[64 * mb + 8] = o[mb][4 * i + 2 + c] * inv;
+      for (int mb = 0; mb < MB; ++mb) {
+        dst[64 * mb] = o[mb][4 * i + c] * inv;
+        dst[64 * mb + 8] = o[mb][4 * i + 2 + c] * inv;
+      }
+      if (C == 0 && w4 == 0 && g == 0)
+        p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
     }
-    if (wg == 0 && w4 == 0 && g == 0)
-      p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = l_c[ci] == 0.f ? -INFINITY : (m_c[ci] + log2f(l_c[ci])) * 0.69314718055994531f;
+  };
+  if (wg == 0) {
+    setmaxnreg_inc<SOFTMAX_REGS>();
+    math(Const<0>{});
+  } else {
+    setmaxnreg_inc<PV_REGS>();
+    math(Const<1>{});
   }
 }
 

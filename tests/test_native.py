@@ -174,7 +174,8 @@ def test_wide_kernel_sass_uses_its_three_wgmma_shapes_and_no_collective_fallback
     sass = kernels.sass("tree_verify_wide")
     assert "HGMMA.64x40x16.F32.BF16" in sass and "HGMMA.64x32x16.F32.BF16" in sass  # S^T's two parts
     assert "HGMMA.64x72x16.F32.BF16" in sass  # O^T += V^T P^T
-    assert "LDGSTS.E.BYPASS.128" in sass and "BAR.RED.OR" in sass  # the loads; the per-tile vote
+    assert "LDGSTS.E.BYPASS.128" in sass and "BAR.RED.OR" in sass  # the loads; the per-tile votes
+    assert sass.count("USETMAXREG") == 3  # each warpgroup's register count: softmax, P V, loader
     # shuffles nvcc cannot prove warp-converged get a collective fallback, which spilled here
     assert "COLLECTIVE" not in sass
     assert "LDL" not in sass and "STL" not in sass
@@ -536,28 +537,34 @@ def test_loaded_modules_export_the_registry_shape(spec):
     assert loaded.config == want
 
 
+# each kernel's rescale slack (log2 units; RESCALE_SLACK in its source) and a key scaling along
+# the prefix that makes every row's max rise well past it within one split
+LAZY_RESCALE = {"wgmma_seesaw": (8, 5), "wgmma_wide": (64, 40)}
+
+
 @pytest.mark.gpu
-def test_lazy_rescale_follows_a_rising_max():
-    """The seesaw kernel moves each row's reference max only when it rises by more than 2^8
-    (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb by tens
-    of log2 units along one split (prefix_splits=1), so the reference moves several times
-    mid-split, and the tree block (scaled the most) moves it again: the result must still match
-    float64."""
-    _needs_sm90("wgmma_seesaw")
+@pytest.mark.parametrize("impl", sorted(LAZY_RESCALE))
+def test_lazy_rescale_follows_a_rising_max(impl):
+    """The wgmma kernels move each row's reference max only when it rises by more than their
+    slack (online_softmax_lazy). Keys scaled up along the prefix make every row's max climb past
+    it along one split (prefix_splits=1), so the reference moves mid-split, and the tree block
+    (scaled the most) moves it again: the result must still match float64."""
+    _needs_sm90(impl)
+    slack, rise = LAZY_RESCALE[impl]
     x, _ = make_verify_inputs([9000, 3000], nodes=17, heads=8, page_size=16, seed=21, q_scale=1.0)
     pt, ps = x["page_table"], x["kv_pool"].shape[1]
     pool = x["kv_pool"].view(-1, x["kv_pool"].shape[-1])
     slots = [
         pt[b, torch.arange(n) // ps].long() * ps + torch.arange(n) % ps for b, n in enumerate(x["prefix_lens"].tolist())
     ]
-    for sl in slots:  # key t of a request scaled by 1 + 5 t / 9000
-        pool[sl] *= (1 + 5 * torch.arange(len(sl)) / 9000).to(torch.bfloat16)[:, None]
+    for sl in slots:  # key t of a request scaled by 1 + rise t / 9000
+        pool[sl] *= (1 + rise * torch.arange(len(sl)) / 9000).to(torch.bfloat16)[:, None]
     x["tree_kv"] *= 7
     ref_o, ref_l = tree_verify_attention_ref(**x, scale=SCALE)
     s = (x["q"][0].float().reshape(-1, 576) @ pool[slots[0]].float().T) * SCALE * math.log2(math.e)  # log2 units
     first, whole = s[:, :64].amax(1), s.amax(1)
-    assert float((whole - first).min()) > 8, "the max must rise past the slack after the first tile"
-    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_seesaw", prefix_splits=1)
+    assert float((whole - first).min()) > 2 * slack, "the max must rise past the slack after the first tile"
+    op = NativeTreeVerify(**{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl=impl, prefix_splits=1)
     assert op.plan.n_prefix_splits == 1
     out, lse = op.run()
     torch.cuda.synchronize()

@@ -113,7 +113,7 @@ KERNELS = {
             "wgmma_wide",
             "tree_verify_wide",
             "tree_verify_partial_wide",
-            256,
+            384,
             72,
             64,
             "native_wide",
