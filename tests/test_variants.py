@@ -11,7 +11,16 @@ import pytest
 from specdiag import kernels
 from specdiag.attention.registry import KERNELS
 from specdiag.bench.__main__ import main as bench_main
-from specdiag.bench.trace import EVENTS, KERNEL_EVENTS, TRACE_TILES, intervals, phases, summarize
+from specdiag.bench.trace import (
+    EVENTS,
+    KERNEL_EVENTS,
+    TRACE_TILES,
+    WIDE_EVENTS,
+    intervals,
+    phases,
+    summarize,
+    wide_intervals,
+)
 from specdiag.bench.variants import parse_variants
 
 HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not None
@@ -48,6 +57,8 @@ def test_parse_variants():
         ["check", "--defines", "TV_SKIP=1"],  # which kernel's source: --impl is needed
         ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
         ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only
+        ["trace", "--impl", "mma"],  # no TV_TRACE build
+        ["trace", "--impl", "wgmma_wide", "--prefix-splits", "4"],
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):
@@ -101,6 +112,30 @@ def test_trace_intervals_leave_missing_events_out():
     assert summarize(iv)["softmax"] == 1000  # medians skip the holes
 
 
+def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
+    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    offsets = ([0, 900, 3900, 4100, 5600], [-800, 5610, 6400, 6700], [-3000, -2960, -1100, 1500])  # WIDE_EVENTS
+    for t in range(12):
+        for who, offs in enumerate(offsets):
+            raw[who, t, : len(offs)] = [100_000 + 6000 * t + o for o in offs]
+    raw[1, 5, 1] = 0  # a lost event: that tile's intervals through it are NaN, the rest stand
+    iv = wide_intervals(raw, 12)
+    med = summarize(iv)
+    assert med["wait_part0"] == 900 and med["wait_parts"] == 3000 and med["qk_tail"] == 200 and med["softmax"] == 1500
+    assert med["pv_wait_p"] == 6410 and med["pv_issue"] == 790 and med["pv"] == 300
+    assert med["load_wait_free"] == 40 and med["load_issue"] == 1860 and med["load_land"] == 2600
+    assert med["load_to_part0"] == 900 + 2960 and med["period"] == 6000
+    assert np.isnan(iv["pv_wait_p"][5]) and np.isnan(iv["period"][-1]) and np.isfinite(iv["pv"][5])
+    assert [len(e) for e in WIDE_EVENTS] == [5, 4, 4]
+
+
+@needs_sass
+def test_wide_traced_build_records_the_clock():
+    spec = KERNELS["wgmma_wide"]
+    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines={"TV_TRACE": 1})
+    assert "SR_CLOCKLO" not in kernels.sass(spec.source)
+
+
 @needs_sass
 def test_traced_build_records_the_clock_and_the_default_build_does_not():
     spec = KERNELS["wgmma_seesaw"]
@@ -151,6 +186,28 @@ def test_trace_and_variants_on_the_gpu():
     assert all(ph[k] > 0 for k in ("prologue", "loop", "epilogue")) and ph["total"] >= ph["prologue"] + ph["loop"]
     entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
     assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
+
+
+@pytest.mark.gpu
+def test_wide_trace_on_the_gpu():
+    """The wide kernel's traced build matches its default build bit for bit, and each steady
+    tile's events come in the kernel's order."""
+    import torch
+
+    from specdiag.bench.trace import trace_wide
+    from specdiag.bench.variants import identity
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wide kernel needs sm_90")
+    rows = identity("wgmma_wide", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
+    assert rows[0]["bit_identical"]
+    r = trace_wide(185000, 8, 9)
+    ev = np.array(r["events"], dtype=np.float64)  # [3, tiles, 5]
+    steady = ev[:, 2 : r["tiles"] - 2]
+    assert r["tiles"] > 8 and (steady[0] > 0).all() and (steady[1:, :, :4] > 0).all()
+    assert (np.diff(steady[0, :, 1:], axis=1) >= 0).all()  # part0 <= qk issued <= qk done <= P^T out
+    assert (np.diff(steady[1, :, 1:4], axis=1) >= 0).all() and (np.diff(steady[2, :, 1:4], axis=1) >= 0).all()
+    assert r["median_cycles"]["period"] > 0 and r["top_cycles"][0] == 0
 
 
 def test_variant_table_sets_each_peer_against_the_default_build():

@@ -20,9 +20,14 @@ MODES = {
     "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
     "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
-    "trace": "the seesaw kernel's per-tile timeline (clock64 events of one CTA) per shape and variant",
+    "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel or --impl wgmma_wide, per shape",
     "stalls": "where the seesaw kernel's warps wait: ncu's stall sampling per warp role (--shapes)",
 }
+
+
+def trace_impl(impl: str) -> str:
+    """The kernel ``trace`` records: the wide kernel when named, else the seesaw kernel."""
+    return "wgmma_wide" if impl == "wgmma_wide" else "wgmma_seesaw"
 
 
 def main(argv=None) -> int:
@@ -74,6 +79,12 @@ def main(argv=None) -> int:
         if shapes and any(len(s) != 3 for s in shapes):
             print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
             return 2
+        if a.mode == "trace" and a.impl not in ("auto", "wgmma_seesaw", "wgmma_wide"):
+            print(f"bad --impl: trace takes wgmma_seesaw (auto) or wgmma_wide, got {a.impl}", file=sys.stderr)
+            return 2
+        if a.mode == "trace" and trace_impl(a.impl) == "wgmma_wide" and a.prefix_splits is not None:
+            print("bad --prefix-splits: the wide kernel's trace takes its plan's splits", file=sys.stderr)
+            return 2
         from .variants import check_switches
 
         try:
@@ -81,7 +92,9 @@ def main(argv=None) -> int:
                 raise ValueError("check --defines needs --impl: the kernel whose source they switch")
             if a.mode == "stalls" and variants:
                 raise ValueError("stalls samples the default build only")
-            check_switches("wgmma_seesaw" if a.mode == "trace" or a.impl == "auto" else a.impl, variants)
+            check_switches(
+                trace_impl(a.impl) if a.mode == "trace" else "wgmma_seesaw" if a.impl == "auto" else a.impl, variants
+            )
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
             return 2
@@ -164,17 +177,21 @@ def main(argv=None) -> int:
         save(a.out, "variants", {"ceilings": ceilings, "identity": ident, "rows": rows})
         return 0 if all(r["bit_identical"] for r in ident) else 1
     if a.mode == "trace":
-        from .trace import TRACE_SHAPES, trace_seesaw
+        from .trace import TRACE_SHAPES, trace_seesaw, trace_wide
 
         runs = []
         for ctx, heads, nodes in shapes or TRACE_SHAPES:
             for ps in page_sizes:
                 for v in [{}, *variants]:
-                    r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
+                    if trace_impl(a.impl) == "wgmma_wide":
+                        r = trace_wide(ctx, heads, nodes, page_size=ps, defines=v)
+                        ph = {"tops": [round(x) for x in r["top_cycles"][:4]]}
+                    else:
+                        r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
+                        ph = {k: round(x) if x == x else x for k, x in r["phases"].items()}
                     runs.append(r)
-                    med = {k: round(x) for k, x in r["median_cycles"].items()}
-                    ph = {k: round(x) if x == x else x for k, x in r["phases"].items()}
-                    print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} phases {ph}")
+                    med = {k: round(x) if x == x else x for k, x in r["median_cycles"].items()}
+                    print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} {ph}")
         save(a.out, "trace", {"runs": runs})
         return 0
     ceilings = timing.measure_ceilings()

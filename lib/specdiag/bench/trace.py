@@ -1,6 +1,7 @@
-"""Per-tile timeline of the seesaw kernel: a ``TV_TRACE=1`` build records ``clock64()`` at each
-event of its first tiles in CTA (0, 0, 0) (``tvsee::Event`` in kernels/tree_verify_seesaw.cu);
-``intervals`` turns the events into the waits of each tile, in SM cycles."""
+"""Per-tile timelines of the seesaw and wide kernels: a ``TV_TRACE=1`` build records ``clock64()``
+at each event of its first tiles in CTA (0, 0, 0) (``tvsee::Event`` in
+kernels/tree_verify_seesaw.cu, ``tvwide::Event`` in kernels/tree_verify_wide.cu); ``intervals`` and
+``wide_intervals`` turn the events into the waits of each tile, in SM cycles."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ __all__ = [
     "phases",
     "summarize",
     "trace_seesaw",
+    "WIDE_EVENTS",
+    "wide_intervals",
+    "trace_wide",
 ]
 
 TRACE_TILES = 128  # tvsee::TRACE_TILES; the buffer has one more row, the whole-kernel events
@@ -88,20 +92,86 @@ def trace_seesaw(
 ) -> dict:
     """Run the traced seesaw build once (after a warm-up) on one request and return its events,
     per-tile intervals and their medians."""
+    d = {**(defines or {}), "TV_TRACE": 1}
+    op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
+    n_tiles = _tiles_per_split(op)
+    iv = intervals(raw[:, :TRACE_TILES], n_tiles)
+    part0 = raw[0, 0, EVENTS.index("part0")]  # tile 0's first part usable (its owner, warpgroup 0); 0: not recorded
+    first_part0 = float(part0) if part0 else float("nan")
+    return dict(
+        **_header(context, heads, nodes, page_size, d),
+        prefix_splits=op.plan.n_prefix_splits,
+        tiles=int(min(n_tiles, TRACE_TILES)),
+        median_cycles=summarize(iv),
+        phases=phases(raw[:, TRACE_TILES], first_part0),
+        events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
+        kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
+    )
+
+
+# tvwide::Event, per warpgroup (row `who` of the buffer): 0 scores and softmax, 1 the other half
+# of O^T, 2 the loader
+WIDE_EVENTS = (
+    ("top", "part0", "qk_issued", "qk_done", "p_out"),
+    ("wait_p", "got_p", "pv_issued", "pv_done"),
+    ("wait_free", "free", "issued", "landed"),
+)
+# interval name -> ((who, event), (who, event)), both of tile t
+WIDE_INTERVALS = {
+    "wait_part0": ((0, "top"), (0, "part0")),  # P V (t - 1) issued, then tile t's first part
+    "wait_parts": ((0, "part0"), (0, "qk_issued")),  # the rest of tile t, S^T (t) issued
+    "qk_tail": ((0, "qk_issued"), (0, "qk_done")),
+    "softmax": ((0, "qk_done"), (0, "p_out")),
+    "pv_wait_p": ((1, "wait_p"), (1, "got_p")),  # warpgroup 1 waiting for P^T (t)
+    "pv_issue": ((1, "got_p"), (1, "pv_issued")),  # its rescale and P V issue
+    "pv": ((1, "pv_issued"), (1, "pv_done")),
+    "load_wait_free": ((2, "wait_free"), (2, "free")),
+    "load_issue": ((2, "free"), (2, "issued")),
+    "load_land": ((2, "issued"), (2, "landed")),
+    "load_to_part0": ((2, "free"), (0, "part0")),  # stage free -> first part usable
+}
+
+
+def wide_intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
+    """Per-tile intervals (cycles; NaN where an event was not recorded) of the wide kernel from
+    its trace buffer ``raw`` [3, TRACE_TILES, 8] (uint64), and ``period``: top (t + 1) - top (t)."""
+    n = min(n_tiles, raw.shape[1])
+    ev = np.where(raw[:, :n] == 0, np.nan, raw[:, :n].astype(np.float64))
+
+    def at(who: int, name: str) -> np.ndarray:
+        return ev[who, :, WIDE_EVENTS[who].index(name)]
+
+    out = {k: at(*b) - at(*a) for k, (a, b) in WIDE_INTERVALS.items()}
+    top = at(0, "top")
+    out["period"] = np.concatenate([top[1:] - top[:-1], [np.nan]])
+    return out
+
+
+def _header(context: int, heads: int, nodes: int, page_size: int, defines: dict) -> dict:
+    return dict(context=context, heads=heads, nodes=nodes, page_size=page_size, defines=defines)
+
+
+def _tiles_per_split(op) -> int:
+    """The traced CTA's tiles: a prefix split's, or the tree split's where there is no prefix."""
+    return op.plan.prefix_tiles_per_split if op.plan.n_prefix_splits else op.plan.tree_tiles_per_split
+
+
+def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, defines, seed: int, prefix_splits):
+    """Run ``impl``'s traced build once (after a warm-up) on one request: (its op, the buffer)."""
     import torch
 
     from .. import kernels
     from ..attention.native import NativeTreeVerify
+    from ..attention.registry import KERNELS
     from ..cost import SOFTMAX_SCALE
     from .timing import Rotation
 
-    d = {**(defines or {}), "TV_TRACE": 1}
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rot = Rotation(context, page_size, nodes, heads, l2, seed=seed, max_sets=2)
-    opts = dict(scale=SOFTMAX_SCALE, check=False, impl="wgmma_seesaw", defines=d, prefix_splits=prefix_splits)
+    opts = dict(scale=SOFTMAX_SCALE, check=False, impl=impl, defines=defines, prefix_splits=prefix_splits)
     op = NativeTreeVerify(**rot.inputs(0), **opts)
     op.run()
-    mod = kernels.load_module("tree_verify_seesaw", torch.cuda.current_device(), d)
+    mod = kernels.load_module(KERNELS[impl].source, torch.cuda.current_device(), defines)
     import pycuda.driver as cuda
 
     ptr, size = mod.get_global("tv_trace")
@@ -114,20 +184,23 @@ def trace_seesaw(
     op.run()
     torch.cuda.synchronize()
     cuda.memcpy_dtoh(raw, ptr)
-    n_tiles = op.plan.prefix_tiles_per_split if op.plan.n_prefix_splits else op.plan.tree_tiles_per_split
-    iv = intervals(raw[:, :TRACE_TILES], n_tiles)
-    part0 = raw[0, 0, EVENTS.index("part0")]  # tile 0's first part usable (its owner, warpgroup 0); 0: not recorded
-    first_part0 = float(part0) if part0 else float("nan")
+    return op, raw
+
+
+def trace_wide(context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0) -> dict:
+    """The wide kernel's traced build on one request: events, per-tile intervals, their medians
+    over the steady tiles, and the clock at which each tile's step began (from tile 0's)."""
+    d = {**(defines or {}), "TV_TRACE": 1}
+    op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, None)
+    n_tiles = min(_tiles_per_split(op), TRACE_TILES)
+    iv = wide_intervals(raw[:, :TRACE_TILES], n_tiles)
+    top = raw[0, :n_tiles, 0].astype(np.float64)
     return dict(
-        context=context,
-        heads=heads,
-        nodes=nodes,
-        page_size=page_size,
-        defines=d,
-        prefix_splits=op.plan.n_prefix_splits,
-        tiles=int(min(n_tiles, TRACE_TILES)),
+        impl="wgmma_wide",
+        **_header(context, heads, nodes, page_size, d),
+        splits=op.plan.splits,
+        tiles=int(n_tiles),
         median_cycles=summarize(iv),
-        phases=phases(raw[:, TRACE_TILES], first_part0),
-        events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
-        kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
+        top_cycles=(top - top[0]).tolist(),
+        events=raw[:, :n_tiles, :5].tolist(),
     )
