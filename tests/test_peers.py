@@ -127,6 +127,26 @@ def test_bench_peers_refuses_heads_and_trees_it_has_no_shape_for(tmp_path, capsy
     assert len(err) == 1 and err[0].startswith("bad --contexts, --heads or --trees") and not out.exists()
 
 
+def test_peer_names_take_one_registry_kernel_at_page_size_1():
+    from specdiag.bench.peers import peer_page_size
+
+    assert peer_page_size("native") == 1 and peer_page_size("native_ps64") == 64 and peer_page_size("flashmla") == 64
+    assert peer_page_size("native:wgmma_wide") == 1 and peer_page_size("native:mma_small") == 1
+    for bad in ("native:wide", "native:", "flash_mla", "native_wgmma_wide"):
+        with pytest.raises(ValueError, match="unknown implementation"):
+            peer_page_size(bad)
+
+
+@pytest.mark.parametrize("peers_arg", ["native:wgmma_wid", "flashmla,sglng"])
+def test_bench_peers_refuses_an_unknown_peer_in_one_line(peers_arg, tmp_path, capsys):
+    from specdiag.bench.__main__ import main as bench_main
+
+    out = tmp_path / "p.json"
+    assert bench_main(["peers", "--peers", peers_arg, "--heads", "8", "--trees", "9", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bad --peers: unknown implementation") and not out.exists()
+
+
 @pytest.mark.gpu
 def test_flashmla_sparse_verify_matches_reference():
     """FlashMLA's sparse prefill as the page-size-1 peer: the whole tree verify against float64."""

@@ -46,7 +46,9 @@ def main(argv=None) -> int:
         default="native_auto,native_auto_ps1,triton,torch",
         help=f"sweep: any of {', '.join(timing.SWEEP_IMPLS)}",
     )
-    ap.add_argument("--peers", default=None, help="peers: comma-separated impls (default: all)")
+    ap.add_argument(
+        "--peers", default=None, help="peers: comma-separated impls, native:KERNEL for one kernel (default: all)"
+    )
     ap.add_argument("--contexts", default=None, help="sweep: comma-separated prefix lengths (default: the full sweep)")
     ap.add_argument("--heads", default=None, help="sweep, peers: comma-separated head counts")
     ap.add_argument("--trees", default=None, help="sweep, peers: comma-separated tree sizes (nodes, root included)")
@@ -108,7 +110,14 @@ def main(argv=None) -> int:
         )
         return 2
     if a.mode == "peers":
-        from .peers import PEER_SHAPES
+        from .peers import PEER_SHAPES, peer_page_size
+
+        try:
+            for impl in a.peers.split(",") if a.peers else ():
+                peer_page_size(impl)
+        except ValueError as e:
+            print(f"bad --peers: {e}", file=sys.stderr)
+            return 2
 
         heads, trees = ints(a.heads, None), ints(a.trees, None)
         shapes = [s for s in PEER_SHAPES if (heads is None or s[0] in heads) and (trees is None or s[1] in trees)]

@@ -5,7 +5,8 @@ impl names: ``native`` (``auto``, page size 1, as DDTree forces), ``native_ps64`
 (FlashMLA's prefix call alone: no tree block), ``flashmla_cascade`` (FlashMLA + the tree block +
 merge in torch), ``flashmla_sparse`` (the whole verify through FlashMLA's token-gathering sparse
 prefill, page size 1; 64 or 128 heads only), ``sglang`` (the deployment's own Triton kernel),
-``triton`` (our imitation of it).
+``triton`` (our imitation of it), and ``native:<kernel>`` (one registry kernel, page size 1, in
+place of ``auto``'s choice).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import time
 import torch
 
 from ..attention import peers, relative_error
+from ..attention.registry import KERNELS
 from ..cost import SOFTMAX_SCALE, attention_cost, rates
 from .timing import Rotation, time_rotating
 
 __all__ = [
     "PEER_IMPLS",
+    "peer_page_size",
     "PEER_CONTEXTS",
     "PEER_SHAPES",
     "missing_peers",
@@ -42,11 +45,26 @@ PEER_CONTEXTS = (4096, 16384, 32768, 65536, 131072, 185000)
 PEER_SHAPES = tuple((h, t) for h in (8, 16, 64, 128) for t in (9, 65)) + ((8, 257),)
 
 
+def peer_page_size(impl: str) -> int:
+    """The KV page size ``impl`` runs at; ValueError for a name that is no peer."""
+    if impl in PEER_IMPLS:
+        return PEER_IMPLS[impl]
+    name, _, kernel = impl.partition(":")
+    if name == "native" and kernel in KERNELS:
+        return 1
+    raise ValueError(
+        f"unknown implementation {impl!r}; choose from {list(PEER_IMPLS)} or native:KERNEL ({', '.join(KERNELS)})"
+    )
+
+
 def missing_peers(impls) -> dict[str, str]:
     """impl -> why it cannot run here, for each of ``impls`` that cannot."""
     out = {}
     for impl in impls:
-        if impl.startswith("flashmla") and peers.flashmla_missing():
+        kernel = impl.partition(":")[2]
+        if kernel in KERNELS and KERNELS[kernel].hopper_only and torch.cuda.get_device_capability() != (9, 0):
+            out[impl] = f"{kernel} needs sm_90a"
+        elif impl.startswith("flashmla") and peers.flashmla_missing():
             out[impl] = peers.flashmla_missing()
         elif impl == "sglang":
             try:
@@ -67,7 +85,7 @@ def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
     """One prepared call per rotation set, and what to record about it."""
     sets = [rot.inputs(i) for i in range(rot.n)]
     if impl.startswith("native"):
-        ops = rot.native_ops(impl="auto")
+        ops = rot.native_ops(impl=impl.partition(":")[2] or "auto")
         return [op.run for op in ops], dict(kernel=ops[0].impl, splits=ops[0].plan.splits)
     if impl == "flashmla":
         keep = ("q", "kv_pool", "page_table", "prefix_lens")
@@ -84,7 +102,7 @@ def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
 
         preps = [prepare_extend_inputs(**s) for s in sets]
         return [(lambda p=p: extend_attention_fwd(p, SOFTMAX_SCALE)) for p in preps], {}
-    raise ValueError(f"unknown implementation {impl!r}; choose from {list(PEER_IMPLS)}")
+    raise ValueError(f"{impl!r} has no call here")
 
 
 def peer_sweep(
@@ -92,9 +110,7 @@ def peer_sweep(
 ) -> tuple[list[dict], dict[str, str]]:
     """Rows of ``impl, context, heads, nodes, page_size, ms`` (+ cost and rates) for each impl that
     can run here, and {impl: why not} for those that cannot."""
-    unknown = [i for i in impls if i not in PEER_IMPLS]
-    if unknown:
-        raise ValueError(f"unknown implementation(s) {unknown}; choose from {list(PEER_IMPLS)}")
+    page_size = {i: peer_page_size(i) for i in impls}
     missing = missing_peers(impls)
     for impl, why in missing.items():
         progress(f"{impl}: not measured ({why})")
@@ -103,8 +119,8 @@ def peer_sweep(
     for ctx in contexts:
         for h, t in shapes:
             cost = attention_cost(ctx, t, h)
-            for ps in sorted({PEER_IMPLS[i] for i in impls}):
-                run = [i for i in impls if PEER_IMPLS[i] == ps and i not in missing]
+            for ps in sorted(set(page_size.values())):
+                run = [i for i in impls if page_size[i] == ps and i not in missing]
                 for impl in [i for i in run if shape_unsupported(i, h, t)]:
                     why = shape_unsupported(impl, h, t)
                     progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: not measured ({why})")
