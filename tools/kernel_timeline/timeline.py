@@ -3,6 +3,8 @@ size 1: partial kernel, then merge) and FlashMLA's prefix call (page size 64: sp
 its combine). 12 calls per shape, a 256 MB L2 flush before each, rotated inputs.
 
 Usage (on the GPU, FlashMLA's wheel importable): python tools/kernel_timeline/timeline.py OUT.json
+[IMPLS], IMPLS the peers bench's names, comma-separated (default native,flashmla; native:KERNEL
+for one kernel, e.g. native:wgmma_wide).
 Recorded: data/history/kernel_timeline_h200.json (docs/kernel_notes.md, nineteenth session).
 """
 
@@ -13,7 +15,7 @@ import tempfile
 
 import torch
 
-from specdiag.bench.peers import PEER_IMPLS, peer_calls
+from specdiag.bench.peers import peer_calls, peer_page_size
 from specdiag.bench.timing import Rotation
 
 SHAPES = [(185000, 8, 9), (32768, 8, 9), (65536, 16, 9), (131072, 8, 9), (32768, 128, 9), (32768, 64, 65)]
@@ -45,14 +47,16 @@ def timeline(calls, flush):
     return [[[e["name"][:60], round(e["ts"] - c[0]["ts"], 2), round(e["dur"], 2)] for e in c] for c in out if c]
 
 
-def main(path):
+def main(path, impls=("native", "flashmla")):
+    for impl in impls:
+        peer_page_size(impl)  # an unknown name fails here, before any GPU work
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     res = {}
     for ctx, h, t in SHAPES:
         row = {}
-        for impl in ("native", "flashmla"):  # the peers bench's calls, at its page sizes
-            rot = Rotation(ctx, PEER_IMPLS[impl], t, h, l2, seed=ctx + h + t)
+        for impl in impls:  # the peers bench's calls, at its page sizes
+            rot = Rotation(ctx, peer_page_size(impl), t, h, l2, seed=ctx + h + t)
             row[impl] = timeline(peer_calls(impl, rot)[0], flush)
             del rot
         res[f"{ctx}x{h}x{t}"] = row
@@ -62,4 +66,4 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *([tuple(sys.argv[2].split(","))] if len(sys.argv) > 2 else []))
