@@ -119,6 +119,14 @@ __device__ __forceinline__ void trace_clock(int who, int row, int slot) {
   tv_trace[who][row][slot] = clock64();
 #endif
 }
+// the same with the global timer (ns): two of each on one SM give its clock rate
+__device__ __forceinline__ void trace_ns(int who, int row, int slot) {
+#if TV_TRACE
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  tv_trace[who][row][slot] = ns;
+#endif
+}
 
 // a compile-time int as a value (a lambda's `auto` argument that its body uses as a constant)
 template <int V>

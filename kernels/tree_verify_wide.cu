@@ -78,6 +78,13 @@ enum Event : int {
 __device__ __forceinline__ void trace(int who, int t, Event e) {
   if (TV_TRACE && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0) trace_clock(who, t, e);
 }
+// row TRACE_TILES: each warpgroup's clock and global time (ns) at its start (slots 0, 1) and end (2, 3)
+__device__ __forceinline__ void trace_kernel(int who, bool end) {
+  if (TV_TRACE && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0) {
+    trace_clock(who, TRACE_TILES, 2 * end);
+    trace_ns(who, TRACE_TILES, 2 * end + 1);
+  }
+}
 
 struct Epilogue {  // after the loop, in stage 0
   float red[4][NQ];  // per warp of warpgroup 0: column sums
@@ -118,6 +125,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto p_ready = [](int tile) { return kBarWidePReady + (tile & 1); };
   static_assert(PARTS == 3, "three LANDED barriers per stage");
 
+  trace_kernel(wg, false);
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
@@ -194,6 +202,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(2, j + 2, kLanded);
       }
     }
+    trace_kernel(2, true);
     return;
   }
 
@@ -451,6 +460,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (C == 0 && w4 == 0 && g == 0)
         p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
     }
+    trace_kernel(C, true);
   };
   if (wg == 0) {
     setmaxnreg_inc<SOFTMAX_REGS>();

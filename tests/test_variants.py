@@ -19,6 +19,7 @@ from specdiag.bench.trace import (
     intervals,
     phases,
     summarize,
+    wide_clock,
     wide_intervals,
 )
 from specdiag.bench.variants import parse_variants
@@ -129,11 +130,24 @@ def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
     assert [len(e) for e in WIDE_EVENTS] == [5, 4, 4]
 
 
+def test_wide_clock_is_cycles_over_global_nanoseconds():
+    row = np.zeros((3, 8), dtype=np.uint64)
+    row[:, :4] = [
+        [1_000, 5_000_000, 181_000, 5_100_000],
+        [1_200, 5_000_100, 170_000, 5_090_100],
+        [900, 4_999_900, 0, 0],
+    ]
+    c = wide_clock(row)
+    assert c["sm_clock_ghz"] == 1.8 and c["span_us_softmax"] == 100 and c["span_us_pv"] == 90
+    assert np.isnan(c["span_us_loader"])  # its end was not recorded
+
+
 @needs_sass
 def test_wide_traced_build_records_the_clock():
     spec = KERNELS["wgmma_wide"]
-    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines={"TV_TRACE": 1})
-    assert "SR_CLOCKLO" not in kernels.sass(spec.source)
+    traced, default = kernels.sass(spec.source, defines={"TV_TRACE": 1}), kernels.sass(spec.source)
+    assert "SR_CLOCKLO" in traced and "GLOBALTIMER" in traced
+    assert "SR_CLOCKLO" not in default and "GLOBALTIMER" not in default
 
 
 @needs_sass
@@ -208,6 +222,7 @@ def test_wide_trace_on_the_gpu():
     assert (np.diff(steady[0, :, 1:], axis=1) >= 0).all()  # part0 <= qk issued <= qk done <= P^T out
     assert (np.diff(steady[1, :, 1:4], axis=1) >= 0).all() and (np.diff(steady[2, :, 1:4], axis=1) >= 0).all()
     assert r["median_cycles"]["period"] > 0 and r["top_cycles"][0] == 0
+    assert 0.5 < r["clock"]["sm_clock_ghz"] < 3 and r["clock"]["span_us_softmax"] > 0
 
 
 def test_variant_table_sets_each_peer_against_the_default_build():

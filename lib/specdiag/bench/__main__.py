@@ -194,7 +194,7 @@ def main(argv=None) -> int:
                 for v in [{}, *variants]:
                     if trace_impl(a.impl) == "wgmma_wide":
                         r = trace_wide(ctx, heads, nodes, page_size=ps, defines=v)
-                        ph = {"tops": [round(x) for x in r["top_cycles"][:4]]}
+                        ph = {"tops": [round(x) for x in r["top_cycles"][:4]], **r["clock"]}
                     else:
                         r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
                         ph = {k: round(x) if x == x else x for k, x in r["phases"].items()}

@@ -19,6 +19,7 @@ __all__ = [
     "trace_seesaw",
     "WIDE_EVENTS",
     "wide_intervals",
+    "wide_clock",
     "trace_wide",
 ]
 
@@ -132,6 +133,18 @@ WIDE_INTERVALS = {
 }
 
 
+def wide_clock(kernel_row: np.ndarray) -> dict[str, float]:
+    """From the wide kernel's row TRACE_TILES ([3, 8]: each warpgroup's clock and global ns at its
+    start and end, slots 0-3): the SM clock over warpgroup 0's span (GHz) and each warpgroup's
+    span in us; NaN where an event is missing."""
+    ev = np.where(kernel_row == 0, np.nan, kernel_row.astype(np.float64))
+    ns = ev[:, 3] - ev[:, 1]
+    return {
+        "sm_clock_ghz": float((ev[0, 2] - ev[0, 0]) / ns[0]),
+        **{f"span_us_{who}": float(ns[i] / 1e3) for i, who in enumerate(("softmax", "pv", "loader"))},
+    }
+
+
 def wide_intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     """Per-tile intervals (cycles; NaN where an event was not recorded) of the wide kernel from
     its trace buffer ``raw`` [3, TRACE_TILES, 8] (uint64), and ``period``: top (t + 1) - top (t)."""
@@ -202,5 +215,7 @@ def trace_wide(context: int, heads: int, nodes: int, page_size: int = 1, defines
         tiles=int(n_tiles),
         median_cycles=summarize(iv),
         top_cycles=(top - top[0]).tolist(),
+        clock=wide_clock(raw[:, TRACE_TILES]),
         events=raw[:, :n_tiles, :5].tolist(),
+        kernel_events=raw[:, TRACE_TILES, :4].tolist(),
     )
