@@ -68,19 +68,23 @@ struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte a
 };
 constexpr int SMEM_BYTES = sizeof(Smem);  // all of sm_90's 227 KB: no slack, the base must be aligned (exact_smem)
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
-// TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
-// warpgroup (thread 0 of each), in tv_trace[who][tile][event] (specdiag.bench.trace.trace_wide)
+// TV_TRACE=1: CTA (0, TV_TRACE_SPLIT, 0) records clock64() at each Event of its first TRACE_TILES
+// tiles, per warpgroup (thread 0 of each), in tv_trace[who][tile][event] (specdiag.bench.trace.trace_wide)
+#ifndef TV_TRACE_SPLIT
+#define TV_TRACE_SPLIT 0
+#endif
+__device__ __forceinline__ bool traced_cta() { return (blockIdx.x | blockIdx.z) == 0 && blockIdx.y == TV_TRACE_SPLIT; }
 enum Event : int {
   kTop = 0, kPart0 = 1, kQKIssued = 2, kQKDone = 3, kPOut = 4,  // wg0: step top, S^T's first part in, issued, done, P^T out
   kWaitP = 0, kGotP = 1, kPVIssued = 2, kPVDone = 3,            // wg1: before and after P_READY, P V issued, done
   kWaitFree = 0, kFree = 1, kIssued = 2, kLanded = 3,           // loader: before and after FREE, copies issued, landed
 };
 __device__ __forceinline__ void trace(int who, int t, Event e) {
-  if (TV_TRACE && t < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0) trace_clock(who, t, e);
+  if (TV_TRACE && t < TRACE_TILES && traced_cta() && (threadIdx.x & 127) == 0) trace_clock(who, t, e);
 }
 // row TRACE_TILES: each warpgroup's clock and global time (ns) at its start (slots 0, 1) and end (2, 3)
 __device__ __forceinline__ void trace_kernel(int who, bool end) {
-  if (TV_TRACE && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0) {
+  if (TV_TRACE && traced_cta() && (threadIdx.x & 127) == 0) {
     trace_clock(who, TRACE_TILES, 2 * end);
     trace_ns(who, TRACE_TILES, 2 * end + 1);
   }

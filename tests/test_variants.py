@@ -60,6 +60,7 @@ def test_parse_variants():
         ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only
         ["trace", "--impl", "mma"],  # no TV_TRACE build
         ["trace", "--impl", "wgmma_wide", "--prefix-splits", "4"],
+        ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):
@@ -223,6 +224,8 @@ def test_wide_trace_on_the_gpu():
     assert (np.diff(steady[1, :, 1:4], axis=1) >= 0).all() and (np.diff(steady[2, :, 1:4], axis=1) >= 0).all()
     assert r["median_cycles"]["period"] > 0 and r["top_cycles"][0] == 0
     assert 0.5 < r["clock"]["sm_clock_ghz"] < 3 and r["clock"]["span_us_softmax"] > 0
+    t = trace_wide(32768, 8, 9, tree=True)  # the tree split's CTA: one tile of 9 nodes
+    assert t["traced_split"] > 0 and t["tiles"] == 1 and t["events"][0][0][4] > t["events"][0][0][3] > 0
 
 
 def test_variant_table_sets_each_peer_against_the_default_build():

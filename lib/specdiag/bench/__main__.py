@@ -61,6 +61,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--page-sizes", default="1,64", help="variants, trace: comma-separated KV page sizes")
     ap.add_argument("--prefix-splits", type=int, default=None, help="trace: force the prefix split count")
+    ap.add_argument("--tree-split", action="store_true", help="trace --impl wgmma_wide: trace the tree split's CTA")
     ap.add_argument(
         "--shapes", default=None, help="variants, trace, stalls: CONTEXTxHEADSxNODES,... (default: the mode's own)"
     )
@@ -86,6 +87,9 @@ def main(argv=None) -> int:
             return 2
         if a.mode == "trace" and trace_impl(a.impl) == "wgmma_wide" and a.prefix_splits is not None:
             print("bad --prefix-splits: the wide kernel's trace takes its plan's splits", file=sys.stderr)
+            return 2
+        if a.mode == "trace" and a.tree_split and trace_impl(a.impl) != "wgmma_wide":
+            print("bad --tree-split: only the wide kernel's trace picks its CTA", file=sys.stderr)
             return 2
         from .variants import check_switches
 
@@ -193,7 +197,7 @@ def main(argv=None) -> int:
             for ps in page_sizes:
                 for v in [{}, *variants]:
                     if trace_impl(a.impl) == "wgmma_wide":
-                        r = trace_wide(ctx, heads, nodes, page_size=ps, defines=v)
+                        r = trace_wide(ctx, heads, nodes, page_size=ps, defines=v, tree=a.tree_split)
                         ph = {"tops": [round(x) for x in r["top_cycles"][:4]], **r["clock"]}
                     else:
                         r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)

@@ -200,18 +200,32 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
     return op, raw
 
 
-def trace_wide(context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0) -> dict:
+def trace_wide(
+    context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, tree: bool = False
+) -> dict:
     """The wide kernel's traced build on one request: events, per-tile intervals, their medians
-    over the steady tiles, and the clock at which each tile's step began (from tile 0's)."""
-    d = {**(defines or {}), "TV_TRACE": 1}
+    over the steady tiles, and the clock at which each tile's step began (from tile 0's); of its
+    first prefix split, or with ``tree`` of its tree split (the first split past the prefix's)."""
+    split = 0
+    if tree:
+        from ..attention.inputs import make_verify_inputs
+        from ..attention.native import NativeTreeVerify
+        from ..cost import SOFTMAX_SCALE
+
+        x, _ = make_verify_inputs([context], nodes, heads, page_size=page_size, device="cuda")
+        split = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl="wgmma_wide", check=False).plan.n_prefix_splits
+    d = {**(defines or {}), "TV_TRACE": 1, "TV_TRACE_SPLIT": split}
     op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, None)
-    n_tiles = min(_tiles_per_split(op), TRACE_TILES)
+    if op.plan.n_prefix_splits != split and tree:
+        raise RuntimeError(f"the traced build planned {op.plan.n_prefix_splits} prefix splits, not {split}")
+    n_tiles = min(op.plan.tree_tiles_per_split if tree else _tiles_per_split(op), TRACE_TILES)
     iv = wide_intervals(raw[:, :TRACE_TILES], n_tiles)
     top = raw[0, :n_tiles, 0].astype(np.float64)
     return dict(
         impl="wgmma_wide",
         **_header(context, heads, nodes, page_size, d),
         splits=op.plan.splits,
+        traced_split=split,
         tiles=int(n_tiles),
         median_cycles=summarize(iv),
         top_cycles=(top - top[0]).tolist(),
