@@ -46,7 +46,7 @@ constexpr int PART_KSTEPS = PART_BLOCKS * 4;    // S^T's k-steps over one part (
 // setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
 // 168): warpgroup 0 holds S^T and half of O^T, warpgroup 1 half of O^T, the loader addresses
 constexpr int ENTRY_REGS = (65536 / NT) & ~7;
-constexpr int SOFTMAX_REGS = 240, PV_REGS = 184, LOAD_REGS = 80;
+constexpr int SOFTMAX_REGS = 256, PV_REGS = 176, LOAD_REGS = 72;
 static_assert(SOFTMAX_REGS + PV_REGS + LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
 static_assert(PARTS * PART_BLOCKS == NB, "whole column blocks per part");
 constexpr int KSTEPS = D / 16;                  // k-steps of S^T (36)
@@ -110,6 +110,12 @@ TVG_HD constexpr uint64_t vt_desc(uint32_t tile_base, int wg, int mb, int kk) { 
 TVG_HD constexpr uint64_t q_desc(uint32_t q_base, int part, int ks) { return kstep_desc(q_base + part * NQ0 * 128, NQ, ks); }
 // accumulator entry 4 i + 2 h + c: M row 16 w + g + 8 h, N column 8 i + 2 t4 + c; column index ci = 2 i + c
 TVG_HD constexpr int col_of(int ci, int t4) { return 8 * (ci >> 1) + 2 * t4 + (ci & 1); }
+// the node of query row `row` (clamped to R - 1) from the CTA's first node node0 = row0 / H and
+// 1 / H: the row's offset from node0's first row is under 72 + H, where the float product is exact
+// (18 integer divisions spilled)
+TVG_HD int column_node(int row, int R, int H, int node0, float inv_h) {
+  return node0 + (int)floorf(((row < R - 1 ? row : R - 1) - node0 * H + 0.5f) * inv_h);
+}
 
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   Smem& sm = exact_smem<Smem>();
@@ -319,14 +325,34 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
           } else {
+            // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
+            // part's end masked; in the tree also by each column's row of the ancestor mask, both
+            // keys' bytes loaded unconditionally and the scores selected, not branched on (a
+            // branch per load serialised their latencies)
             const int tok0 = (w.tile_begin + tile) * BN + wr + g;
+            if (!w.is_tree) {
 #pragma unroll
-            for (int i = 0; i < SV / 4; ++i)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int tok = tok0 + 8 * (e >> 1), grow = row0 + 8 * i + 2 * t4 + (e & 1);
-                S(4 * i + e) = tvc::key_visible(p, tok, w, grow, b) ? S(4 * i + e) * p.scale_log2 : -INFINITY;
+              for (int e = 0; e < SV; ++e) {
+                const float v = S(e) * p.scale_log2;
+                S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
               }
+            } else {
+              const int node0 = row0 / p.H;
+              const float inv_h = 1.f / p.H;
+#pragma unroll
+              for (int ci = 0; ci < COLS; ++ci) {
+                const int node = column_node(row0 + col_of(ci, t4), p.R, p.H, node0, inv_h);
+                const uint8_t* mrow = p.tree_mask + ((size_t)b * p.T + node) * p.T;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
+                  const bool in = tok < w.kv_len;
+                  const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
+                  const float v = S(e) * p.scale_log2;
+                  S(e) = vis ? v : -INFINITY;
+                }
+              }
+            }
           }
           // Does any column's max pass its reference by more than the slack? One vote over the
           // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,

@@ -190,9 +190,9 @@ static void check_wide() {
   const uint32_t q_base = 0, k_base = Q_B + STAGE_B;
   expect(sizeof(Smem) == 232448 && offsetof(Smem, stage) == (size_t)Q_B, "wide: Q and two stages fill 227 KB", (int)sizeof(Smem), 0, 0, 0);
   expect(STAGE_B % 1024 == 0 && pt_buf(k_base) + PT_B == k_base + STAGE_B, "wide: P^T ends where the stage does", STAGE_B, 0, 0, 0);
-  check_loads<BN, WG>(k_base);  // a key tile, by warpgroup 1
+  check_loads<BN, WG>(k_base);  // a key tile, by the loader warpgroup
   std::vector<int> q_seen(NQ * 72, 0);
-  for (int idx = 0; idx < NQ * 72; ++idx) {  // Q, by all 256 threads in the kernel's order
+  for (int idx = 0; idx < NQ * 72; ++idx) {  // Q, by the loader's 128 threads in the kernel's order
     const int r = idx / 72, chunk = idx % 72;
     const uint32_t off = tile_offset(NQ, r, chunk);
     expect(off % 16 == 0 && off < (uint32_t)Q_B, "wide: Q chunk inside Q", r, chunk, 0, 0);
@@ -246,6 +246,14 @@ static void check_wide() {
       }
   for (int i = 0; i < NQ * BN; ++i) expect(stored[i] == 1, "wide: every P^T element stored once", i / BN, i % BN, stored[i], 0);
   expect(4 * NQ * 4 <= ROPE_OFF && sizeof(Epilogue) <= (size_t)STAGE_B, "wide: scratch fits", 0, 0, 0, 0);
+  // each column's node for the tree mask, as the kernel takes it, against integer division
+  for (int H = 1; H <= 512; ++H)
+    for (int T : {1, 2, 3, 9, 65, 257, 1024})
+      for (int row0 = 0, R = T * H; row0 < R; row0 += NQ)
+        for (int col = 0; col < NQ; ++col) {
+          const int row = row0 + col < R - 1 ? row0 + col : R - 1;
+          expect(tvwide::column_node(row0 + col, R, H, row0 / H, 1.f / H) == row / H, "wide: a column's node", H, T, row0, col);
+        }
 }
 
 int main() {
