@@ -420,8 +420,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           trace(0, tile, kPOut);
         };
 
-        // softmax_tile is called in one place: with a second copy for the first tile, each copy's
-        // first run waited on instruction fetches (about 15,000 cycles each on an H100)
         // softmax_tile is inlined once, inside the loop: a second copy for tile 0 ran cold, and
         // each copy's first run waited about 15,000 cycles on instruction fetches (H100 trace)
         trace(0, 0, kTop);

@@ -19,7 +19,8 @@
 //   5. for the wide kernel (keys in M, 72 query rows in N): S^T's two column parts, V^T read
 //      MN-major, and P^T: where warpgroup 0 stores each value (after its lane-pair swap) is where
 //      the no-swizzle K-major descriptor reads P^T[row][key], in the stage's rope block and tail,
-//      never where V^T is read.
+//      never where V^T is read; and each column's tree-mask node (a float product) against
+//      integer division.
 // Exit status 0 when everything holds; the first mismatches are printed otherwise.
 #define TV_LAYOUT_ONLY
 #include "../../kernels/tree_verify_wgmma.cu"

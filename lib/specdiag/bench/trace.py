@@ -1,7 +1,8 @@
 """Per-tile timelines of the seesaw and wide kernels: a ``TV_TRACE=1`` build records ``clock64()``
-at each event of its first tiles in CTA (0, 0, 0) (``tvsee::Event`` in
-kernels/tree_verify_seesaw.cu, ``tvwide::Event`` in kernels/tree_verify_wide.cu); ``intervals`` and
-``wide_intervals`` turn the events into the waits of each tile, in SM cycles."""
+at each event of its first tiles in one CTA, (0, 0, 0) or for the wide kernel any split's
+(``tvsee::Event`` in kernels/tree_verify_seesaw.cu, ``tvwide::Event`` in
+kernels/tree_verify_wide.cu); ``intervals`` and ``wide_intervals`` turn the events into the waits
+of each tile, in SM cycles."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ __all__ = [
     "trace_wide",
 ]
 
-TRACE_TILES = 128  # tvsee::TRACE_TILES; the buffer has one more row, the whole-kernel events
+TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
@@ -207,13 +208,19 @@ def trace_wide(
     over the steady tiles, and the clock at which each tile's step began (from tile 0's); of its
     first prefix split, or with ``tree`` of its tree split (the first split past the prefix's)."""
     split = 0
-    if tree:
-        from ..attention.inputs import make_verify_inputs
-        from ..attention.native import NativeTreeVerify
-        from ..cost import SOFTMAX_SCALE
+    if tree:  # the plan the op will make (it is checked below), without building one
+        import torch
 
-        x, _ = make_verify_inputs([context], nodes, heads, page_size=page_size, device="cuda")
-        split = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl="wgmma_wide", check=False).plan.n_prefix_splits
+        from ..attention.plan import plan_launch
+        from ..attention.registry import KERNELS
+
+        spec, sms = (
+            KERNELS["wgmma_wide"],
+            torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count,
+        )
+        split = plan_launch(
+            nodes * heads, nodes, context, 1, sms, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
+        ).n_prefix_splits
     d = {**(defines or {}), "TV_TRACE": 1, "TV_TRACE_SPLIT": split}
     op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, None)
     if op.plan.n_prefix_splits != split and tree:
