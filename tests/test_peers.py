@@ -168,3 +168,38 @@ def test_sglang_tile_is_read_from_its_source_and_leaves_the_module_as_it_was():
     assert peers.sglang_tile((9, 0)) == dict(block_m=32, block_n=64, num_warps=8)
     assert peers.sglang_tile((12, 0)) == dict(block_m=32, block_n=32, num_warps=8)
     assert (mod._is_cuda, vars(mod).get("CUDA_CAPABILITY")) == before
+
+
+@pytest.mark.parametrize("asked", ["native,flashmla", "native,sglang"])
+def test_bench_peers_records_sglang_only_when_it_ran(asked, tmp_path, monkeypatch):
+    """A sweep without sglang (not asked for, or missing here) saves its rows with no sglang metadata."""
+    import json
+
+    import specdiag.attention.peers as attention_peers
+    import specdiag.bench.__main__ as bench
+    import specdiag.bench.peers as bench_peers
+    from specdiag.bench import timing
+
+    def sweep(contexts, shapes, impls, rep_ms):
+        missing = {"sglang": "no wheel here"} if "sglang" in impls else {}
+        rows = [
+            dict(impl=i, context=c, heads=h, nodes=t, page_size=1, ms=1.0)
+            for i in impls
+            if i not in missing
+            for c in contexts
+            for h, t in shapes
+        ]
+        return rows, missing
+
+    monkeypatch.setattr(bench, "gpu_available", lambda: True)
+    monkeypatch.setattr(bench_peers, "peer_sweep", sweep)
+    monkeypatch.setattr(timing, "measure_ceilings", lambda *a, **k: {"copy_tb_s": 1.0})
+    monkeypatch.setattr(attention_peers, "sglang_source", lambda *a, **k: None)  # provenance would fail
+    out = tmp_path / "p.json"
+    args = ["peers", "--peers", asked, "--heads", "8", "--trees", "9", "--contexts", "32768", "--out", str(out)]
+    assert bench.main(args) == 0
+    rec = json.loads(out.read_text())
+    assert "sglang" not in rec and [r["impl"] for r in rec["rows"]] == ["native"] + (
+        ["flashmla"] if "flashmla" in asked else []
+    )
+    assert rec["missing"] == ({"sglang": "no wheel here"} if "sglang" in asked else {})

@@ -213,14 +213,12 @@ def main(argv=None) -> int:
         from ..attention.peers import sglang_provenance
         from .peers import PEER_CONTEXTS, PEER_IMPLS, peer_sweep
 
+        impls = tuple(a.peers.split(",")) if a.peers else tuple(PEER_IMPLS)
         rows, missing = peer_sweep(
-            contexts=ints(a.contexts, PEER_CONTEXTS),
-            shapes=shapes,
-            impls=tuple(a.peers.split(",")) if a.peers else tuple(PEER_IMPLS),
-            rep_ms=a.rep_ms,
+            contexts=ints(a.contexts, PEER_CONTEXTS), shapes=shapes, impls=impls, rep_ms=a.rep_ms
         )
         meta = {"missing": missing}
-        if "sglang" not in missing:
+        if "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
             meta["sglang"] = sglang_provenance()
         try:
             import flash_mla
