@@ -59,6 +59,9 @@ constexpr int COLS = NQ / 4;                    // query rows (columns) a thread
 // rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
 // and the sums stay far inside bf16 / float32 range
 constexpr float RESCALE_SLACK = 64.f;
+#ifndef TV_WIDE_WARM
+#define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
+#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
@@ -80,14 +83,19 @@ enum Event : int {
   kWaitFree = 0, kFree = 1, kIssued = 2, kLanded = 3,           // loader: before and after FREE, copies issued, landed
 };
 __device__ __forceinline__ void trace(int who, int t, Event e) {
-  if (TV_TRACE && t < TRACE_TILES && traced_cta() && (threadIdx.x & 127) == 0) trace_clock(who, t, e);
+  if (TV_TRACE && (unsigned)t < TRACE_TILES && traced_cta() && (threadIdx.x & 127) == 0) trace_clock(who, t, e);  // (tile -1: the warm run)
 }
-// row TRACE_TILES: each warpgroup's clock and global time (ns) at its start (slots 0, 1) and end (2, 3)
+// row TRACE_TILES: each warpgroup's clock and global time (ns) at its start (slots 0, 1) and end
+// (2, 3); the math warpgroups' clock at their last P V done (4) and past the sums' barrier (5)
+enum KernelEvent : int { kLastPV = 4, kSumsOut = 5 };
 __device__ __forceinline__ void trace_kernel(int who, bool end) {
   if (TV_TRACE && traced_cta() && (threadIdx.x & 127) == 0) {
     trace_clock(who, TRACE_TILES, 2 * end);
     trace_ns(who, TRACE_TILES, 2 * end + 1);
   }
+}
+__device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
+  if (TV_TRACE && traced_cta() && (threadIdx.x & 127) == 0) trace_clock(who, TRACE_TILES, e);
 }
 
 struct Epilogue {  // after the loop, in stage 0
@@ -280,6 +288,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           fence_o();
           if (j + 2 < n) bar_arrive(freed(j), NT);
         }
+        trace_kernel(1, kLastPV);
       } else {
         // ------------------------------------------------ warpgroup 0: scores, softmax, O^T[0:256]
         float s0[SV0], s1[SV - SV0];  // S^T's two parts: columns 0..39 and 40..71
@@ -318,10 +327,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         };
         // S^T of `tile` (waited for) -> masked lazy online softmax per column -> P^T (bf16) where the
         // tile's rope block was, the column factors in global (past a split's first tile, when one
-        // moved) and the "moved" flag through P_READY (tile % 2)
+        // moved) and the "moved" flag through P_READY (tile % 2). Tile -1, the warm run: tile 0's
+        // instructions with no shared-memory stores, no factor and no P_READY, to fetch them early
         auto softmax_tile = [&](int tile) {
+          const bool warm = tile < 0;
           fence_s();
-          if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
+          if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
 #pragma unroll
             for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
           } else {
@@ -329,7 +340,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             // part's end masked; in the tree also by each column's row of the ancestor mask, both
             // keys' bytes loaded unconditionally and the scores selected, not branched on (a
             // branch per load serialised their latencies)
-            const int tok0 = (w.tile_begin + tile) * BN + wr + g;
+            const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
             if (!w.is_tree) {
 #pragma unroll
               for (int e = 0; e < SV; ++e) {
@@ -374,7 +385,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
-              if (g == 0) red[w4 * NQ + col_of(ci, t4)] = v;
+              if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
             }
             bar_sync(kBarWideWg0, WG);
 #pragma unroll
@@ -411,22 +422,29 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
               const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
               const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
-              if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
-              else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+              if (!warm) {
+                if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
+                else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+              }
               lh[i] += (g & 1) ? other + v1 : v0 + other;
             }
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
-          bar_red_or(p_ready(tile), 2 * WG, rescale);  // every warp's share of P^T is in place
+          if (!warm) bar_red_or(p_ready(tile), 2 * WG, rescale);  // every warp's share of P^T is in place
           trace(0, tile, kPOut);
         };
 
-        // softmax_tile is inlined once, inside the loop: a second copy for tile 0 ran cold, and
-        // each copy's first run waited about 15,000 cycles on instruction fetches (H100 trace)
+        // softmax_tile is inlined once, inside the loop; with TV_WIDE_WARM its first run (j = -2)
+        // only fetches that code, while tile 0 lands (run cold, tile 0's softmax held the stream up)
+#pragma unroll
+        for (int i = 0; i < SV; ++i) S(i) = 0.f;
         trace(0, 0, kTop);
-        issue_qk(0);
-        wgmma_wait<0>();
-        for (int j = -1; j + 1 < n; ++j) {
-          if (j >= 0) {
+        // (the start is opaque: a known first iteration is peeled off, a second copy of the code)
+#pragma unroll 1
+        for (int j = (int)opaque(TV_WIDE_WARM ? -2 : -1); j + 1 < n; ++j) {
+          if (j == -1) {
+            issue_qk(0);
+            wgmma_wait<0>();
+          } else if (j >= 0) {
             fence_o();
             wgmma_fence();
             trace(0, j + 1, kTop);
@@ -439,12 +457,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
           trace(0, j + 1, kQKDone);
           softmax_tile(j + 1);
+          if (j == -2) {  // (the warm run read garbage maxima; from -inf, its factors were 0 or 1)
+#pragma unroll
+            for (int i = 0; i < 3; ++i) md[i] = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
+          }
         }
         fence_o();
         wgmma_fence();
         issue_pv(n - 1);
         wgmma_wait<0>();
         fence_o();
+        trace_kernel(0, kLastPV);
         // whole column sums: the 4 lanes of a t4 and key parity, then the 4 warps (in stage 0's column
         // block 0: every load has landed, and only our P V read it)
         Epilogue& ep = *reinterpret_cast<Epilogue*>(sm.stage[0]);
@@ -467,6 +492,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         }
       }
       bar_sync(kBarWideSums, 2 * WG);  // wg0 has left the final max and sums in Epilogue
+      trace_kernel(C, kSumsOut);
     }
     const Epilogue& ep = *reinterpret_cast<const Epilogue*>(sm.stage[0]);
 

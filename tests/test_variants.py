@@ -138,9 +138,12 @@ def test_wide_clock_is_cycles_over_global_nanoseconds():
         [1_200, 5_000_100, 170_000, 5_090_100],
         [900, 4_999_900, 0, 0],
     ]
+    row[:2, 4:6] = [[150_000, 160_000], [152_000, 160_100]]
     c = wide_clock(row)
     assert c["sm_clock_ghz"] == 1.8 and c["span_us_softmax"] == 100 and c["span_us_pv"] == 90
     assert np.isnan(c["span_us_loader"])  # its end was not recorded
+    assert c["epilogue_softmax_to_sums"] == 10_000 and c["epilogue_softmax_stores"] == 21_000
+    assert c["epilogue_pv_to_sums"] == 8_100 and c["epilogue_pv_stores"] == 9_900
 
 
 @needs_sass
@@ -214,8 +217,10 @@ def test_wide_trace_on_the_gpu():
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wide kernel needs sm_90")
-    rows = identity("wgmma_wide", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
-    assert rows[0]["bit_identical"]
+    # the traced build, and the build without the warm run of the softmax's code, give the same bits
+    cases = (([20000], 9, 8, 1), ([64, 129, 1], 10, 8, 1))
+    rows = identity("wgmma_wide", [{"TV_TRACE": 1}, {"TV_WIDE_WARM": 0}], cases=cases, progress=lambda *_: None)
+    assert len(rows) == 4 and all(r["bit_identical"] for r in rows)
     r = trace_wide(185000, 8, 9)
     ev = np.array(r["events"], dtype=np.float64)  # [3, tiles, 5]
     steady = ev[:, 2 : r["tiles"] - 2]
@@ -224,6 +229,7 @@ def test_wide_trace_on_the_gpu():
     assert (np.diff(steady[1, :, 1:4], axis=1) >= 0).all() and (np.diff(steady[2, :, 1:4], axis=1) >= 0).all()
     assert r["median_cycles"]["period"] > 0 and r["top_cycles"][0] == 0
     assert 0.5 < r["clock"]["sm_clock_ghz"] < 3 and r["clock"]["span_us_softmax"] > 0
+    assert all(r["clock"][f"epilogue_{w}_{k}"] > 0 for w in ("softmax", "pv") for k in ("to_sums", "stores"))
     t = trace_wide(32768, 8, 9, tree=True)  # the tree split's CTA: one tile of 9 nodes
     assert t["traced_split"] > 0 and t["tiles"] == 1 and t["events"][0][0][4] > t["events"][0][0][3] > 0
 

@@ -136,13 +136,17 @@ WIDE_INTERVALS = {
 
 def wide_clock(kernel_row: np.ndarray) -> dict[str, float]:
     """From the wide kernel's row TRACE_TILES ([3, 8]: each warpgroup's clock and global ns at its
-    start and end, slots 0-3): the SM clock over warpgroup 0's span (GHz) and each warpgroup's
-    span in us; NaN where an event is missing."""
+    start and end, slots 0-3; the math warpgroups' clock at their last P V done, slot 4, and past
+    the sums' barrier, slot 5): the SM clock over warpgroup 0's span (GHz), each warpgroup's span
+    in us, and each math warpgroup's epilogue in cycles (last P V to the barrier, the barrier to
+    its end); NaN where an event is missing."""
     ev = np.where(kernel_row == 0, np.nan, kernel_row.astype(np.float64))
     ns = ev[:, 3] - ev[:, 1]
     return {
         "sm_clock_ghz": float((ev[0, 2] - ev[0, 0]) / ns[0]),
         **{f"span_us_{who}": float(ns[i] / 1e3) for i, who in enumerate(("softmax", "pv", "loader"))},
+        **{f"epilogue_{who}_to_sums": float(ev[i, 5] - ev[i, 4]) for i, who in enumerate(("softmax", "pv"))},
+        **{f"epilogue_{who}_stores": float(ev[i, 2] - ev[i, 5]) for i, who in enumerate(("softmax", "pv"))},
     }
 
 
@@ -238,5 +242,5 @@ def trace_wide(
         top_cycles=(top - top[0]).tolist(),
         clock=wide_clock(raw[:, TRACE_TILES]),
         events=raw[:, :n_tiles, :5].tolist(),
-        kernel_events=raw[:, TRACE_TILES, :4].tolist(),
+        kernel_events=raw[:, TRACE_TILES, :6].tolist(),
     )
