@@ -294,12 +294,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         float s0[SV0], s1[SV - SV0];  // S^T's two parts: columns 0..39 and 40..71
         // each column's reference max (log2 units), held once per t4 across its 8 lanes: column
         // index ci in md[ci / 8] of lane g = ci % 8 (18 registers would spill)
-        float md[3] = {-INFINITY, -INFINITY, -INFINITY};
+        float md[3];
         // this thread's share of the column sums: column index 2 i + g % 2 in lh[i], over the key
         // pair P^T's lane-pair swap gives it (18 registers would spill)
         float lh[COLS / 2];
+        auto clear_columns = [&]() {  // no reference max, no sum yet
 #pragma unroll
-        for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
+          for (int i = 0; i < 3; ++i) md[i] = -INFINITY;
+#pragma unroll
+          for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
+        };
+        clear_columns();
         auto m_of = [&](int ci) { return __shfl_sync(0xffffffffu, md[ci >> 3], (ci & 7) * 4 + t4); };
         // entry e of S^T as one m64 x 72 accumulator (the order of tvwide::col_of)
         auto S = [&](int e) -> float& { return e < SV0 ? s0[e] : s1[e - SV0]; };
@@ -457,12 +462,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
           trace(0, j + 1, kQKDone);
           softmax_tile(j + 1);
-          if (j == -2) {  // (the warm run read garbage maxima; from -inf, its factors were 0 or 1)
-#pragma unroll
-            for (int i = 0; i < 3; ++i) md[i] = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < COLS / 2; ++i) lh[i] = 0.f;
-          }
+          if (j == -2) clear_columns();  // (the warm run read garbage maxima; from -inf, its factors were 0 or 1)
         }
         fence_o();
         wgmma_fence();
