@@ -145,8 +145,9 @@ enum NamedBarrier : int {
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
   kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile and its factors out, and whether any moved (wg0 <-> wg1)
-  kBarWideWg0 = 11,    // wide: warpgroup 0 alone (the per-tile vote, P^T's stores)
+  kBarWideWg0 = 11,    // wide: warpgroup 0 alone (the per-tile vote, P^T's stores, its epilogue's half of O^T)
   kBarWideSums = 12,   // wide: the final max and sums out (wg0 -> both math warpgroups)
+  kBarWideWg1 = 13,    // wide: warpgroup 1 alone (its epilogue's half of O^T in shared memory)
 };
 // named barrier `id` over `count` threads: arrive does not wait
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }

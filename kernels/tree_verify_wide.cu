@@ -86,8 +86,9 @@ __device__ __forceinline__ void trace(int who, int t, Event e) {
   if (TV_TRACE && (unsigned)t < TRACE_TILES && traced_cta() && (threadIdx.x & 127) == 0) trace_clock(who, t, e);  // (tile -1: the warm run)
 }
 // row TRACE_TILES: each warpgroup's clock and global time (ns) at its start (slots 0, 1) and end
-// (2, 3); the math warpgroups' clock at their last P V done (4) and past the sums' barrier (5)
-enum KernelEvent : int { kLastPV = 4, kSumsOut = 5 };
+// (2, 3); the math warpgroups' clock at their last P V done (4) and past the sums' barrier (5);
+// warpgroup 0's at the end of its warm run (6)
+enum KernelEvent : int { kLastPV = 4, kSumsOut = 5, kWarmDone = 6 };
 __device__ __forceinline__ void trace_kernel(int who, bool end) {
   if (TV_TRACE && traced_cta() && (threadIdx.x & 127) == 0) {
     trace_clock(who, TRACE_TILES, 2 * end);
@@ -103,6 +104,12 @@ struct Epilogue {  // after the loop, in stage 0
   float m[NQ], l[NQ];
 };
 static_assert(sizeof(Epilogue) <= STAGE_B && 4 * NQ * 4 <= BN * 128, "scratch fits");
+// the epilogue's half of O^T per math warpgroup, [72 columns][OUT_LD] floats (the pad puts a
+// thread's 4 columns on 4 bank groups): warpgroup 0's in Q's place, 1's past Epilogue in the stages
+constexpr int OUT_LD = DV / 2 + 4;
+constexpr int OUT_B = NQ * OUT_LD * 4;
+constexpr int EPILOGUE_B = 2048;
+static_assert(sizeof(Epilogue) <= EPILOGUE_B && OUT_B <= Q_B && EPILOGUE_B + OUT_B <= STAGES * STAGE_B, "the epilogue fits");
 
 // ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----
 // P^T, the K-major B operand of V^T P^T: row n's keys in 8 x 16-byte core matrices, key chunk c
@@ -200,14 +207,21 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       cp_async_commit();
       int rw[ROWS_T];
       rows_of(0, rw);
+      trace(2, 0, kFree);
       load_tile(0, rw);
+      trace(2, 0, kIssued);
       if (n > 1) {
         rows_of(1, rw);
+        trace(2, 1, kFree);
         load_tile(1, rw);
+        trace(2, 1, kIssued);
         announce(0, Const<PARTS>{});
+        trace(2, 0, kLanded);
         announce(1, Const<0>{});
+        trace(2, 1, kLanded);
       } else {
         announce(0, Const<0>{});
+        trace(2, 0, kLanded);
       }
       for (int j = 0; j + 2 < n; ++j) {
         rows_of(j + 2, rw);      // (the page-table reads ahead of the wait)
@@ -462,7 +476,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
           trace(0, j + 1, kQKDone);
           softmax_tile(j + 1);
-          if (j == -2) clear_columns();  // (the warm run read garbage maxima; from -inf, its factors were 0 or 1)
+          if (j == -2) {
+            clear_columns();  // (the warm run read garbage maxima; from -inf, its factors were 0 or 1)
+            trace_kernel(0, kWarmDone);
+          }
         }
         fence_o();
         wgmma_fence();
@@ -496,23 +513,37 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     }
     const Epilogue& ep = *reinterpret_cast<const Epilogue*>(sm.stage[0]);
 
-    // ---- epilogue: normalised partial O (rows = columns of O^T) and its lse (natural log); an
-    // empty split writes O = 0 and lse = -inf; a NaN sum stays NaN ----
+    // ---- epilogue: this warpgroup's half of O^T into shared memory, then each warp writes whole
+    // columns (o_part rows) normalised, 16 bytes a lane; an empty split writes O = 0 and lse = -inf,
+    // a NaN sum stays NaN. (Its code runs once, cold: the stores are few and the loop rolled.) ----
+    float* const out = reinterpret_cast<float*>(C == 0 ? sm.q : sm.stage[0] + EPILOGUE_B);
+    {
+      float* const mine = out + 2 * t4 * OUT_LD + wr + g;
 #pragma unroll
-    for (int ci = 0; ci < COLS; ++ci) {
-      const int col = col_of(ci, t4), grow = row0 + col;
-      if (grow >= p.R) continue;
-      const int i = ci >> 1, c = ci & 1;
+      for (int ci = 0; ci < COLS; ++ci)
+#pragma unroll
+        for (int mb = 0; mb < MB; ++mb) {
+          const int i = ci >> 1, c = ci & 1;
+          mine[(8 * i + c) * OUT_LD + 64 * mb] = o[mb][4 * i + c];
+          mine[(8 * i + c) * OUT_LD + 64 * mb + 8] = o[mb][4 * i + 2 + c];
+        }
+    }
+    bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
+    // (the warp and lane anew: kept from the kernel's start, the warp index went to local memory)
+    const int etid = (int)opaque((uint32_t)tid), ew4 = (etid >> 5) & 3, elane = etid & 31;
+#pragma unroll 2
+    for (int col = ew4; col < cols_here; col += 4) {
       const float l = n > 0 ? ep.l[col] : 0.f;  // per column: sum and max (log2 units)
       const float inv = l == 0.f ? 0.f : 1.f / l;
-      float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * DV + C * (DV / 2) + wr + g;
+      const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
 #pragma unroll
-      for (int mb = 0; mb < MB; ++mb) {
-        dst[64 * mb] = o[mb][4 * i + c] * inv;
-        dst[64 * mb + 8] = o[mb][4 * i + 2 + c] * inv;
+      for (int h = 0; h < 2; ++h) {
+        const int x = 4 * (elane + 32 * h);
+        float4 v = *reinterpret_cast<const float4*>(out + col * OUT_LD + x);
+        v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
+        *reinterpret_cast<float4*>(p.o_part + row * DV + C * (DV / 2) + x) = v;
       }
-      if (C == 0 && w4 == 0 && g == 0)
-        p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
+      if (C == 0 && elane == 0) p.lse_part[row] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
     }
     trace_kernel(C, true);
   };

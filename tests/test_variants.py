@@ -59,7 +59,7 @@ def test_parse_variants():
         ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
         ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only
         ["trace", "--impl", "mma"],  # no TV_TRACE build
-        ["trace", "--impl", "wgmma_wide", "--prefix-splits", "4"],
+        ["trace", "--impl", "wgmma_wide", "--tree-split", "--prefix-splits", "4"],
         ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice
     ],
 )
@@ -139,7 +139,9 @@ def test_wide_clock_is_cycles_over_global_nanoseconds():
         [900, 4_999_900, 0, 0],
     ]
     row[:2, 4:6] = [[150_000, 160_000], [152_000, 160_100]]
+    row[0, 6] = 31_000
     c = wide_clock(row)
+    assert c["warm_run"] == 30_000
     assert c["sm_clock_ghz"] == 1.8 and c["span_us_softmax"] == 100 and c["span_us_pv"] == 90
     assert np.isnan(c["span_us_loader"])  # its end was not recorded
     assert c["epilogue_softmax_to_sums"] == 10_000 and c["epilogue_softmax_stores"] == 21_000

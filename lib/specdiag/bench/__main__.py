@@ -85,8 +85,8 @@ def main(argv=None) -> int:
         if a.mode == "trace" and a.impl not in ("auto", "wgmma_seesaw", "wgmma_wide"):
             print(f"bad --impl: trace takes wgmma_seesaw (auto) or wgmma_wide, got {a.impl}", file=sys.stderr)
             return 2
-        if a.mode == "trace" and trace_impl(a.impl) == "wgmma_wide" and a.prefix_splits is not None:
-            print("bad --prefix-splits: the wide kernel's trace takes its plan's splits", file=sys.stderr)
+        if a.mode == "trace" and a.tree_split and a.prefix_splits is not None:
+            print("bad --prefix-splits: --tree-split traces the plan's own tree split", file=sys.stderr)
             return 2
         if a.mode == "trace" and a.tree_split and trace_impl(a.impl) != "wgmma_wide":
             print("bad --tree-split: only the wide kernel's trace picks its CTA", file=sys.stderr)
@@ -197,7 +197,9 @@ def main(argv=None) -> int:
             for ps in page_sizes:
                 for v in [{}, *variants]:
                     if trace_impl(a.impl) == "wgmma_wide":
-                        r = trace_wide(ctx, heads, nodes, page_size=ps, defines=v, tree=a.tree_split)
+                        r = trace_wide(
+                            ctx, heads, nodes, page_size=ps, defines=v, tree=a.tree_split, prefix_splits=a.prefix_splits
+                        )
                         ph = {"tops": [round(x) for x in r["top_cycles"][:4]], **r["clock"]}
                     else:
                         r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)

@@ -137,14 +137,16 @@ WIDE_INTERVALS = {
 def wide_clock(kernel_row: np.ndarray) -> dict[str, float]:
     """From the wide kernel's row TRACE_TILES ([3, 8]: each warpgroup's clock and global ns at its
     start and end, slots 0-3; the math warpgroups' clock at their last P V done, slot 4, and past
-    the sums' barrier, slot 5): the SM clock over warpgroup 0's span (GHz), each warpgroup's span
-    in us, and each math warpgroup's epilogue in cycles (last P V to the barrier, the barrier to
-    its end); NaN where an event is missing."""
+    the sums' barrier, slot 5; warpgroup 0's at the end of its warm run, slot 6): the SM clock over
+    warpgroup 0's span (GHz), each warpgroup's span in us, warpgroup 0's warm run in cycles from
+    its start, and each math warpgroup's epilogue in cycles (last P V to the barrier, the barrier
+    to its end); NaN where an event is missing."""
     ev = np.where(kernel_row == 0, np.nan, kernel_row.astype(np.float64))
     ns = ev[:, 3] - ev[:, 1]
     return {
         "sm_clock_ghz": float((ev[0, 2] - ev[0, 0]) / ns[0]),
         **{f"span_us_{who}": float(ns[i] / 1e3) for i, who in enumerate(("softmax", "pv", "loader"))},
+        "warm_run": float(ev[0, 6] - ev[0, 0]),
         **{f"epilogue_{who}_to_sums": float(ev[i, 5] - ev[i, 4]) for i, who in enumerate(("softmax", "pv"))},
         **{f"epilogue_{who}_stores": float(ev[i, 2] - ev[i, 5]) for i, who in enumerate(("softmax", "pv"))},
     }
@@ -206,11 +208,21 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
 
 
 def trace_wide(
-    context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, tree: bool = False
+    context: int,
+    heads: int,
+    nodes: int,
+    page_size: int = 1,
+    defines=None,
+    seed: int = 0,
+    tree: bool = False,
+    prefix_splits: int | None = None,
 ) -> dict:
     """The wide kernel's traced build on one request: events, per-tile intervals, their medians
     over the steady tiles, and the clock at which each tile's step began (from tile 0's); of its
-    first prefix split, or with ``tree`` of its tree split (the first split past the prefix's)."""
+    first prefix split, or with ``tree`` of its tree split (the first split past the prefix's).
+    ``prefix_splits`` forces the plan's prefix split count (not with ``tree``)."""
+    if tree and prefix_splits is not None:
+        raise ValueError("tree traces the plan's own tree split: no prefix_splits")
     split = 0
     if tree:  # the plan the op will make (it is checked below), without building one
         import torch
@@ -226,7 +238,7 @@ def trace_wide(
             nodes * heads, nodes, context, 1, sms, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
         ).n_prefix_splits
     d = {**(defines or {}), "TV_TRACE": 1, "TV_TRACE_SPLIT": split}
-    op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, None)
+    op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, prefix_splits)
     if op.plan.n_prefix_splits != split and tree:
         raise RuntimeError(f"the traced build planned {op.plan.n_prefix_splits} prefix splits, not {split}")
     n_tiles = min(op.plan.tree_tiles_per_split if tree else _tiles_per_split(op), TRACE_TILES)
@@ -242,5 +254,5 @@ def trace_wide(
         top_cycles=(top - top[0]).tolist(),
         clock=wide_clock(raw[:, TRACE_TILES]),
         events=raw[:, :n_tiles, :5].tolist(),
-        kernel_events=raw[:, TRACE_TILES, :6].tolist(),
+        kernel_events=raw[:, TRACE_TILES, :7].tolist(),
     )
