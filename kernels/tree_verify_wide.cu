@@ -160,12 +160,16 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
       // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
       // own page-table entry); past the part: row 0, and the copy zero-fills
-      auto rows_of = [&](int tile, int (&rw)[ROWS_T]) {
-        int pg[ROWS_T];
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
+      auto rows_from = [&](int tile, const int (&pg)[ROWS_T], int (&rw)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
-        tile_pages<BN, WG>(p, pg, w, tok0, t, b);
 #pragma unroll
         for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, w, tok0 + load_row<WG>(t, i), pg[i]);
+      };
+      auto rows_of = [&](int tile, int (&rw)[ROWS_T]) {
+        int pg[ROWS_T];
+        pages_of(tile, pg);
+        rows_from(tile, pg, rw);
       };
       // tile `tile` in PARTS cp.async groups
       auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
@@ -200,13 +204,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         fence_proxy_async();
         bar_arrive(landed(tile, 2), 2 * WG);
       };
+      int pg0[ROWS_T];
+      pages_of(0, pg0);  // (tile 0's page-table reads go out before Q's copies: 2 us at every context)
       for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
         const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
         cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
       }
       cp_async_commit();
       int rw[ROWS_T];
-      rows_of(0, rw);
+      rows_from(0, pg0, rw);
       trace(2, 0, kFree);
       load_tile(0, rw);
       trace(2, 0, kIssued);
