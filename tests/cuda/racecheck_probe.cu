@@ -16,6 +16,10 @@
 //     four warps that hand rows over through 256-thread barriers (each thread reads a value another
 //     warp wrote; the writer arrives, the reader syncs: Write-then-Read), the final swap through a
 //     256-thread bar.sync; the third warpgroup exits at once.
+//   red_or_wg: the wide kernel's per-tile vote: at the same sizes, warpgroups 0 and 1 meet each
+//     round in a 256-thread bar.red.or.pred (alternating ids 1, 2), warpgroup 0 voting r % 3 == 0,
+//     1 voting false; each checks the OR. (For synccheck: the wide kernel's vote is where it
+//     reports divergent threads.)
 // Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
 // racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
 #include <cstdio>
@@ -57,9 +61,31 @@ __device__ void handoff_wg(int* out) {
   out[threadIdx.x] = sum;
 }
 
+// red_or_wg (see the header)
+__device__ void vote_wg(int* out) {
+  const int wg = threadIdx.x / WG_THREADS;
+  if (wg == 2) {
+    out[threadIdx.x] = 0;
+    return;
+  }
+  int bad = 0;
+  for (int r = 0; r < ROUNDS; ++r) {
+    const int mine = wg == 0 && r % 3 == 0, id = 1 + r % 2;
+    int any;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                 : "=r"(any) : "r"(mine), "r"(id) : "memory");
+    bad += any != (r % 3 == 0);
+  }
+  out[threadIdx.x] = bad;
+}
+
 __global__ void handoff(int* out, int mode, int id) {
   if (mode == 8) {
     handoff_wg(out);
+    return;
+  }
+  if (mode == 9) {
+    vote_wg(out);
     return;
   }
   __shared__ int box[2][32];
@@ -118,16 +144,16 @@ __global__ void handoff(int* out, int mode, int id) {
 int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
-                         "pingpong_then_sync", "seesaw", "seesaw_wg"};
+                         "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg"};
   int mode = -1;
-  for (int i = 0; i < 9; ++i)
+  for (int i = 0; i < 10; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);
     return 2;
   }
-  const int threads = mode == 8 ? 3 * WG_THREADS : mode == 5 || mode == 7 ? 96 : 64;
-  const int written = mode == 8 ? threads : 64;  // the modes of warps write two warps' worth
+  const int threads = mode >= 8 ? 3 * WG_THREADS : mode == 5 || mode == 7 ? 96 : 64;
+  const int written = mode >= 8 ? threads : 64;  // the modes of warps write two warps' worth
   int* out;
   cudaMalloc(&out, 384 * sizeof(int));
   handoff<<<1, threads>>>(out, mode == 5 ? 0 : mode, 1);

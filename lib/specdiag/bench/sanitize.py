@@ -5,7 +5,7 @@ small shapes: ragged batches, page sizes 1 and 64, an empty prefix, several spli
 process and parses the tool's summary line and, for racecheck, the distinct (write, read) code
 offsets of the hazards it prints. ``probe()`` runs racecheck on ``tests/cuda/racecheck_probe.cu``:
 named-barrier handoffs that are correct by the PTX memory model, to tell the tool's reach from a
-kernel's race.
+kernel's race; and synccheck on the warpgroup modes.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ PROBE_MODES = (
     "pingpong_then_sync",
     "seesaw",
     "seesaw_wg",
+    "red_or_wg",
 )
+SYNC_PROBE_MODES = ("seesaw_wg", "red_or_wg")  # synccheck: named barriers as the seesaw and wide kernels use them
 
-__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "run_workload", "sanitize", "probe"]
+__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "sanitize", "probe"]
 
 
 def run_workload(impl: str) -> None:
@@ -99,7 +101,8 @@ def _run(exe: str, tool: str, cmd: list[str]) -> dict:
 
 
 def probe(progress=print) -> list[dict]:
-    """racecheck on each mode of tests/cuda/racecheck_probe.cu (correct programs all)."""
+    """racecheck on each mode of tests/cuda/racecheck_probe.cu (correct programs all), synccheck
+    on SYNC_PROBE_MODES."""
     exe = shutil.which("compute-sanitizer")
     if exe is None or shutil.which("nvcc") is None or not PROBE.is_file():
         raise RuntimeError("the probe needs compute-sanitizer, nvcc and a checkout's tests/cuda/racecheck_probe.cu")
@@ -107,10 +110,11 @@ def probe(progress=print) -> list[dict]:
     with tempfile.TemporaryDirectory() as td:
         binary = str(Path(td) / "probe")
         subprocess.run(["nvcc", "-arch=sm_90", "-o", binary, str(PROBE)], check=True, capture_output=True)
-        for mode in PROBE_MODES:
-            row = dict(tool="racecheck", impl=f"probe:{mode}", **_run(exe, "racecheck", [binary, mode]))
+        runs = [("racecheck", m) for m in PROBE_MODES] + [("synccheck", m) for m in SYNC_PROBE_MODES]
+        for tool, mode in runs:
+            row = dict(tool=tool, impl=f"probe:{mode}", **_run(exe, tool, [binary, mode]))
             rows.append(row)
-            progress(f"racecheck probe {mode:>10}: {row['findings']} findings, exit {row['exit_code']}")
+            progress(f"{tool} probe {mode:>10}: {row['findings']} findings, exit {row['exit_code']}")
     return rows
 
 
