@@ -465,7 +465,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(0, 0, kTop);
         // (the start is opaque: a known first iteration is peeled off, a second copy of the code)
 #pragma unroll 1
-        for (int j = (int)opaque(TV_WIDE_WARM ? -2 : -1); j + 1 < n; ++j) {
+        for (int j = (int)opaque((uint32_t)(TV_WIDE_WARM ? -2 : -1)); j + 1 < n; ++j) {
           if (j == -1) {
             issue_qk(0);
             wgmma_wait<0>();
