@@ -9,14 +9,17 @@
 //   * warpgroup 2: every load (cp.async): Q, then each tile in 3 parts of 3 column blocks.
 // Q and two stages fill the 227 KB: P^T (t) goes where tile t's rope block was (only S^T (t)
 // reads it) and a 1 KB tail; the column factors go through the CTA's own o_part rows (global,
-// rewritten by the epilogue), the rare column-max reduction through the rope block.
+// rewritten by the epilogue), the rare column-max reduction through the rope block; the epilogue
+// passes each math warpgroup's half of O^T through Q's place or the stages.
 // Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s):
 //   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed
 //   kBarWideFree + s             wg0, wg1 -> loader  both P V of the stage's tile are done
 //   kBarWidePReady + s           wg0 <-> wg1  P^T of the stage's tile and its factors are out; the OR
 //                                             of "some column's factor < 1" (bar.red, so wg0 waits for wg1)
-//   kBarWideWg0                  wg0 alone    the per-tile "any column moved" vote, P^T's stores
+//   kBarWideWg0                  wg0 alone    the per-tile "any column moved" vote, P^T's stores,
+//                                             its epilogue's half of O^T in shared memory
 //   kBarWideSums                 wg0 -> wg0, wg1  the final max and sums in Epilogue
+//   kBarWideWg1                  wg1 alone    its epilogue's half of O^T in shared memory
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -205,7 +208,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         bar_arrive(landed(tile, 2), 2 * WG);
       };
       int pg0[ROWS_T];
-      pages_of(0, pg0);  // (tile 0's page-table reads go out before Q's copies: 2 us at every context)
+      pages_of(0, pg0);  // (tile 0's page-table reads go out first: their latency hides behind Q's copies)
       for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
         const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
         cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
