@@ -19,7 +19,9 @@
 //   red_or_wg: the wide kernel's per-tile vote: at the same sizes, warpgroups 0 and 1 meet each
 //     round in a 256-thread bar.red.or.pred (alternating ids 1, 2), warpgroup 0 voting r % 3 == 0,
 //     1 voting false; each checks the OR. (For synccheck: the wide kernel's vote is where it
-//     reports divergent threads.)
+//     reports divergent threads.) red_or_wg_split: the same, each warpgroup's vote its own
+//     instruction, as in the wide kernel (bar.red is .aligned); red_or_wg_unaligned: the same
+//     with barrier.red (not .aligned).
 // Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
 // racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
 #include <cstdio>
@@ -61,19 +63,47 @@ __device__ void handoff_wg(int* out) {
   out[threadIdx.x] = sum;
 }
 
-// red_or_wg (see the header)
-__device__ void vote_wg(int* out) {
+// red_or_wg_split, red_or_wg_unaligned: each warpgroup's vote its own instruction
+template <bool ALIGNED>
+__device__ int vote_split(int wg, int mine, int id) {
+  int any;
+  if (wg == 0) {
+    if (ALIGNED)
+      asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                   : "=r"(any) : "r"(mine), "r"(id) : "memory");
+    else
+      asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbarrier.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                   : "=r"(any) : "r"(mine), "r"(id) : "memory");
+  } else {
+    if (ALIGNED)
+      asm volatile("{\n.reg .pred p, q;\nsetp.eq.b32 p, %1, 1;\nbar.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                   : "=r"(any) : "r"(mine), "r"(id) : "memory");
+    else
+      asm volatile("{\n.reg .pred p, q;\nsetp.eq.b32 p, %1, 1;\nbarrier.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                   : "=r"(any) : "r"(mine), "r"(id) : "memory");
+  }
+  return any;
+}
+
+// red_or_wg and its split forms (see the header): split 0 one shared instruction, 1 aligned, 2 not
+__device__ void vote_wg(int* out, int split) {
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == 2) {
     out[threadIdx.x] = 0;
     return;
   }
   int bad = 0;
+#pragma unroll 1  // (the barrier id a register, as in the wide kernel)
   for (int r = 0; r < ROUNDS; ++r) {
     const int mine = wg == 0 && r % 3 == 0, id = 1 + r % 2;
     int any;
-    asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
-                 : "=r"(any) : "r"(mine), "r"(id) : "memory");
+    if (split == 1)
+      any = vote_split<true>(wg, mine, id);
+    else if (split == 2)
+      any = vote_split<false>(wg, mine, id);
+    else
+      asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.or.pred q, %2, 256, p;\nselp.b32 %0, 1, 0, q;\n}\n"
+                   : "=r"(any) : "r"(mine), "r"(id) : "memory");
     bad += any != (r % 3 == 0);
   }
   out[threadIdx.x] = bad;
@@ -84,8 +114,8 @@ __global__ void handoff(int* out, int mode, int id) {
     handoff_wg(out);
     return;
   }
-  if (mode == 9) {
-    vote_wg(out);
+  if (mode >= 9) {
+    vote_wg(out, mode - 9);
     return;
   }
   __shared__ int box[2][32];
@@ -144,9 +174,9 @@ __global__ void handoff(int* out, int mode, int id) {
 int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
-                         "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg"};
+                         "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned"};
   int mode = -1;
-  for (int i = 0; i < 10; ++i)
+  for (int i = 0; i < 12; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

@@ -39,8 +39,11 @@ PROBE_MODES = (
     "seesaw",
     "seesaw_wg",
     "red_or_wg",
+    "red_or_wg_split",
+    "red_or_wg_unaligned",
 )
-SYNC_PROBE_MODES = ("seesaw_wg", "red_or_wg")  # synccheck: named barriers as the seesaw and wide kernels use them
+# synccheck: named barriers as the seesaw and wide kernels use them
+SYNC_PROBE_MODES = ("seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned")
 
 __all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "sanitize", "probe"]
 
