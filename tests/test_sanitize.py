@@ -19,20 +19,30 @@ RACE = """========= COMPUTE-SANITIZER
 ========= Error: Potential RAW hazard detected at __shared__ 0x365a1 in block (0,0,0) :
 =========     Write Thread (196,0,0) at k+0xa940
 =========     Read Thread (68,0,0) at k+0x17900
+========= Error: Race reported between Write access at k+0x18c30
+=========     and Read access at k+0xe430 [32 hazards]
+=========     and Read access at k+0xe470 [64 hazards]
 ========= RACECHECK SUMMARY: 3 hazards displayed (8370 errors, 0 warnings)
 """
 
 
 def test_reports_are_read_into_counts_and_code_offsets(monkeypatch):
-    outputs = iter([RACE, "========= ERROR SUMMARY: 0 errors\n"])
+    one = "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"
+    outputs = iter([RACE, "========= ERROR SUMMARY: 0 errors\n", one])
     monkeypatch.setattr(
         subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout=next(outputs), stderr="")
     )
     row = sanitize._run("compute-sanitizer", "racecheck", ["x"])
     assert row["findings"] == 8370  # the total, not the displayed count
-    assert row["hazard_pcs"] == [["Write k+0xa8d0", "Read k+0x17920"], ["Write k+0xa940", "Read k+0x17900"]]
+    assert row["hazard_pcs"] == [
+        ["Write k+0x18c30", "Read k+0xe430"],  # one write raced by several reads: each pair
+        ["Write k+0x18c30", "Read k+0xe470"],
+        ["Write k+0xa8d0", "Read k+0x17920"],
+        ["Write k+0xa940", "Read k+0x17900"],
+    ]
     clean = sanitize._run("compute-sanitizer", "memcheck", ["x"])
     assert clean["findings"] == 0 and clean["hazard_pcs"] == []
+    assert sanitize._run("compute-sanitizer", "racecheck", ["x"])["findings"] == 1  # (singular)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")

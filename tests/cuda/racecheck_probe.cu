@@ -22,6 +22,11 @@
 //     reports divergent threads.) red_or_wg_split: the same, each warpgroup's vote its own
 //     instruction, as in the wide kernel (bar.red is .aligned); red_or_wg_unaligned: the same
 //     with barrier.red (not .aligned).
+//   flag_wg_split: the vote as a flag in shared memory that warpgroup 0 writes before a 256-thread
+//     bar.sync, each warpgroup's bar.sync its own instruction; flag_wg_arrive: warpgroup 0 arrives
+//     instead (one waiting instruction per barrier, as the wide kernel does now), and syncs on a
+//     second barrier that warpgroup 1 arrives on once it has read the flag (ids 3, 4) before it
+//     writes that slot again.
 // Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
 // racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
 #include <cstdio>
@@ -85,7 +90,29 @@ __device__ int vote_split(int wg, int mine, int id) {
   return any;
 }
 
-// red_or_wg and its split forms (see the header): split 0 one shared instruction, 1 aligned, 2 not
+// flag_wg_split (arrive false), flag_wg_arrive (true): the vote of round r through flag[r % 2]
+template <bool ARRIVE>
+__device__ int vote_flag(int wg, int mine, int r) {
+  __shared__ int flag[2];
+  const int id = 1 + r % 2, free_id = 3 + r % 2;
+  if (wg == 0) {
+    if (ARRIVE && r >= 2) asm volatile("bar.sync %0, 256;\n" ::"r"(free_id) : "memory");
+    if (threadIdx.x == 0) flag[r % 2] = mine;
+    if (ARRIVE) {
+      asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+      return mine;  // (thread 0's vote is every thread's in warpgroup 0)
+    }
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+  }
+  const int any = flag[r % 2];
+  if (ARRIVE && r + 2 < ROUNDS) asm volatile("bar.arrive %0, 256;\n" ::"r"(free_id) : "memory");
+  return any;
+}
+
+// red_or_wg and its split forms (see the header): split 0 one shared instruction, 1 aligned, 2 not;
+// 3 and 4 the flag forms
 __device__ void vote_wg(int* out, int split) {
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == 2) {
@@ -97,7 +124,11 @@ __device__ void vote_wg(int* out, int split) {
   for (int r = 0; r < ROUNDS; ++r) {
     const int mine = wg == 0 && r % 3 == 0, id = 1 + r % 2;
     int any;
-    if (split == 1)
+    if (split == 3)
+      any = vote_flag<false>(wg, r % 3 == 0, r);
+    else if (split == 4)
+      any = vote_flag<true>(wg, r % 3 == 0, r);
+    else if (split == 1)
       any = vote_split<true>(wg, mine, id);
     else if (split == 2)
       any = vote_split<false>(wg, mine, id);
@@ -174,9 +205,10 @@ __global__ void handoff(int* out, int mode, int id) {
 int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
-                         "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned"};
+                         "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
+                         "flag_wg_split", "flag_wg_arrive"};
   int mode = -1;
-  for (int i = 0; i < 12; ++i)
+  for (int i = 0; i < 14; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

@@ -25,8 +25,9 @@ WORKLOAD = (
     ([0, 200, 31], 33, 4, 1, 2),
     ([129], 65, 2, 16, None),
 )
-_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors|hazards)(?: displayed \((\d+) errors)?")
+_SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?|hazards?)(?: displayed \((\d+) errors?)?")
 _ACCESS = re.compile(r"(Write|Read) (?:Thread \S+ at|access at) (.+?\+0x[0-9a-f]+)")
+_FIRST = re.compile(r"(?:Potential \w+ hazard|Race reported between)")
 PROBE = Path(__file__).resolve().parents[3] / "tests" / "cuda" / "racecheck_probe.cu"
 PROBE_MODES = (
     "sync",
@@ -41,15 +42,25 @@ PROBE_MODES = (
     "red_or_wg",
     "red_or_wg_split",
     "red_or_wg_unaligned",
+    "flag_wg_split",
+    "flag_wg_arrive",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
-SYNC_PROBE_MODES = ("seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned")
+SYNC_PROBE_MODES = (
+    "seesaw_wg",
+    "red_or_wg",
+    "red_or_wg_split",
+    "red_or_wg_unaligned",
+    "flag_wg_split",
+    "flag_wg_arrive",
+)
 
 __all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "sanitize", "probe"]
 
 
-def run_workload(impl: str) -> None:
-    """Every WORKLOAD case through ``impl``'s partial kernel and the merge, checked against float64."""
+def run_workload(impl: str, defines: dict[str, int] | None = None) -> None:
+    """Every WORKLOAD case through ``impl``'s partial kernel (built with ``defines``) and the merge,
+    checked against float64."""
     import torch
 
     from ..attention import make_verify_inputs, relative_error, tree_verify_attention_ref
@@ -58,7 +69,7 @@ def run_workload(impl: str) -> None:
 
     for lens, t, h, ps, splits in WORKLOAD:
         x, _ = make_verify_inputs(lens, t, h, page_size=ps, seed=t, device="cuda")
-        out, lse = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, prefix_splits=splits).run()
+        out, lse = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, prefix_splits=splits, defines=defines).run()
         torch.cuda.synchronize()
         ref, _ = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SOFTMAX_SCALE)
         err = relative_error(out.cpu(), ref)
@@ -92,8 +103,7 @@ def _run(exe: str, tool: str, cmd: list[str]) -> dict:
     if found:
         kind, shown, _, total = found[-1]
         findings = int(total) if total else int(shown)
-    accesses = _ACCESS.findall(text)
-    pairs = sorted({(f"{a[0]} {a[1]}", f"{b[0]} {b[1]}") for a, b in zip(accesses[::2], accesses[1::2])})
+    pairs = sorted(_hazard_pairs(text))
     return dict(
         exit_code=res.returncode,
         findings=findings,
@@ -101,6 +111,23 @@ def _run(exe: str, tool: str, cmd: list[str]) -> dict:
         summary=" ".join(x for x in found[-1] if x) if found else text[-2000:],
         output=text[-400:] if res.returncode else "",
     )
+
+
+def _hazard_pairs(text: str) -> set[tuple[str, str]]:
+    """(first access, other access) per hazard: a "Potential ... hazard" report names two threads'
+    accesses; "Race reported between A" is followed by one "and B" line per other access."""
+    pairs, first = set(), None
+    for line in text.splitlines():
+        m = _ACCESS.search(line)
+        if _FIRST.search(line):
+            first = f"{m[1]} {m[2]}" if m else None  # (a hazard's header names no access)
+        elif m and first is None:
+            first = f"{m[1]} {m[2]}"
+        elif m:
+            pairs.add((first, f"{m[1]} {m[2]}"))
+            if "Thread" in line:  # a hazard's second thread ends it
+                first = None
+    return pairs
 
 
 def probe(progress=print) -> list[dict]:
@@ -122,6 +149,13 @@ def probe(progress=print) -> list[dict]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] != "--workload":
-        raise SystemExit("usage: python -m specdiag.bench.sanitize --workload IMPL")
-    run_workload(sys.argv[2])
+    if len(sys.argv) not in (3, 4) or sys.argv[1] != "--workload":
+        raise SystemExit("usage: python -m specdiag.bench.sanitize --workload IMPL ['NAME=INT,...']")
+    from .variants import check_switches, parse_variants
+
+    try:
+        defines = parse_variants(sys.argv[3])[0] if len(sys.argv) == 4 else None
+        check_switches(sys.argv[2], [defines or {}])
+    except ValueError as e:
+        raise SystemExit(f"bad defines: {e}") from None
+    run_workload(sys.argv[2], defines)
