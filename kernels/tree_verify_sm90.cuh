@@ -144,9 +144,9 @@ enum NamedBarrier : int {
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
-  kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile and its factors out, and whether any moved (wg0 <-> wg1)
+  kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile, its factors and the "moved" flag out (wg0 -> wg1)
   kBarWideWg0 = 11,    // wide: warpgroup 0 alone (the per-tile vote, P^T's stores, its epilogue's half of O^T)
-  kBarWideSums = 12,   // wide: the final max and sums out (wg0 -> both math warpgroups)
+  kBarWideSums = 12,   // wide: the final max and sums out (wg0 -> wg1)
   kBarWideWg1 = 13,    // wide: warpgroup 1 alone (its epilogue's half of O^T in shared memory)
 };
 // named barrier `id` over `count` threads: arrive does not wait
@@ -158,6 +158,15 @@ __device__ __forceinline__ bool bar_red_or(int id, int count, bool pred) {
   asm volatile("{\n.reg .pred p, q;\nsetp.ne.b32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.b32 %0, 1, 0, q;\n}\n"
                : "=r"(r) : "r"((int)pred), "r"(id), "r"(count) : "memory");
   return r != 0;
+}
+
+// two floats from shared memory at `addr` (8-byte aligned) if `pred`, else zeros and no access
+__device__ __forceinline__ float2 ld_shared_f2_if(uint32_t addr, bool pred) {
+  float2 v;
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\nmov.f32 %0, 0f00000000;\nmov.f32 %1, 0f00000000;\n"
+               "@p ld.shared.v2.f32 {%0, %1}, [%2];\n}\n"
+               : "=f"(v.x), "=f"(v.y) : "r"(addr), "r"((int)pred) : "memory");
+  return v;
 }
 
 // ROWS token rows into the swizzled layout at `dst` with cp.async by THREADS threads (t = this

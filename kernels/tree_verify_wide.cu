@@ -11,14 +11,16 @@
 // reads it) and a 1 KB tail; the column factors go through the CTA's own o_part rows (global,
 // rewritten by the epilogue), the rare column-max reduction through the rope block; the epilogue
 // passes each math warpgroup's half of O^T through Q's place or the stages.
-// Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s):
+// Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s). bar.sync and
+// bar.red are .aligned: all threads waiting on one barrier run the same instruction, the others
+// arrive (compute-sanitizer's synccheck flags two waiting instructions: tests/cuda/racecheck_probe.cu)
 //   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed
 //   kBarWideFree + s             wg0, wg1 -> loader  both P V of the stage's tile are done
-//   kBarWidePReady + s           wg0 <-> wg1  P^T of the stage's tile and its factors are out; the OR
-//                                             of "some column's factor < 1" (bar.red, so wg0 waits for wg1)
+//   kBarWidePReady + s           wg0 -> wg1   P^T of the stage's tile, its factors and the flag "some
+//                                             column's factor < 1" (global, beside the factors) are out
 //   kBarWideWg0                  wg0 alone    the per-tile "any column moved" vote, P^T's stores,
-//                                             its epilogue's half of O^T in shared memory
-//   kBarWideSums                 wg0 -> wg0, wg1  the final max and sums in Epilogue
+//                                             the final sums, its epilogue's half of O^T in shared memory
+//   kBarWideSums                 wg0 -> wg1   the final max and sums in Epilogue
 //   kBarWideWg1                  wg1 alone    its epilogue's half of O^T in shared memory
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -251,7 +253,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   // (each its own instance: ptxas takes code after two setmaxnreg counts at the entry count)
   auto math = [&](auto role) {
     constexpr int C = decltype(role)::value;  // 0: S^T, softmax, O^T[0:256]; 1: O^T[256:512]
-    // this CTA's rows of o_part: the column factors of tile parity x at [col][x]
+    // this CTA's rows of o_part: the column factors of tile parity x at [col][x], and whether any
+    // column moved at [0][2 + x]
     float* const scratch = p.o_part + (((size_t)b * p.NS + split) * p.R + row0) * DV;
     const int cols_here = min(NQ, p.R - row0);
 
@@ -288,10 +291,11 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if constexpr (C == 1) {
         // ------------------------------------------------ warpgroup 1: O^T[256:512]
         for (int j = 0; j < n; ++j) {
-          // P_READY is a bar.red that both warpgroups meet once per tile; its OR says some column's
-          // reference moved (factor < 1): only then a global read, which waits behind the loader's copies
+          // past P_READY, wg0's flag says whether some column's reference moved (factor < 1): only
+          // then the factors' global reads
           trace(1, j, kWaitP);
-          const bool rescale = bar_red_or(p_ready(j), 2 * WG, false);
+          bar_sync(p_ready(j), 2 * WG);
+          const bool rescale = scratch[2 + (j & 1)] != 0.f;
           trace(1, j, kGotP);
           fence_proxy_async();  // (the tile reached us through wg0's barriers)
           if (rescale) {
@@ -355,7 +359,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         };
         // S^T of `tile` (waited for) -> masked lazy online softmax per column -> P^T (bf16) where the
         // tile's rope block was, the column factors in global (past a split's first tile, when one
-        // moved) and the "moved" flag through P_READY (tile % 2). Tile -1, the warm run: tile 0's
+        // moved) and the "moved" flag, then P_READY (tile % 2). Tile -1, the warm run: tile 0's
         // instructions with no shared-memory stores, no factor and no P_READY, to fetch them early
         auto softmax_tile = [&](int tile) {
           const bool warm = tile < 0;
@@ -406,6 +410,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           bool moved = false;
           const uint32_t buf = pt_buf(stage(tile));
           float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
+          const uint32_t red_s = stage(tile) + ROPE_OFF;
           if (need) {
 #pragma unroll
             for (int ci = 0; ci < COLS; ++ci) {
@@ -416,10 +421,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
             }
             bar_sync(kBarWideWg0, WG);
+            float2 r4[4];
 #pragma unroll
             for (int ci = 0; ci < COLS; ++ci) {
               const int col = col_of(ci, t4);
-              const float m4 = fmaxf(fmaxf(red[col], red[NQ + col]), fmaxf(red[2 * NQ + col], red[3 * NQ + col]));
+              // the 4 warps' maxima of columns col and col + 1, read at even ci (none in the warm run:
+              // tile 1 is landing there)
+              if ((ci & 1) == 0)
+#pragma unroll
+                for (int w = 0; w < 4; ++w) r4[w] = ld_shared_f2_if(red_s + (w * NQ + col) * 4, !warm);
+              const float m4 = (ci & 1) ? fmaxf(fmaxf(r4[0].y, r4[1].y), fmaxf(r4[2].y, r4[3].y))
+                                        : fmaxf(fmaxf(r4[0].x, r4[1].x), fmaxf(r4[2].x, r4[3].x));
               const float m_old = m_of(ci);
               const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
               const float m_new = move ? m4 : m_old;
@@ -434,6 +446,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
           // (every warp saw the same maxima; on the first tile O^T is still zero)
           const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
+          if (tid == 0 && !warm) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
 #pragma unroll
           for (int ci = 0; ci < COLS; ++ci) {
             const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
@@ -457,7 +470,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               lh[i] += (g & 1) ? other + v1 : v0 + other;
             }
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
-          if (!warm) bar_red_or(p_ready(tile), 2 * WG, rescale);  // every warp's share of P^T is in place
+          if (!warm) bar_arrive(p_ready(tile), 2 * WG);  // every warp's share of P^T is in place
           trace(0, tile, kPOut);
         };
 
@@ -516,8 +529,11 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
           }
         }
+        bar_sync(kBarWideWg0, WG);  // (warp 0 wrote them: the other three read them too)
       }
-      bar_sync(kBarWideSums, 2 * WG);  // wg0 has left the final max and sums in Epilogue
+      // wg0 has left the final max and sums in Epilogue
+      if (C == 0) bar_arrive(kBarWideSums, 2 * WG);
+      else bar_sync(kBarWideSums, 2 * WG);
       trace_kernel(C, kSumsOut);
     }
     const Epilogue& ep = *reinterpret_cast<const Epilogue*>(sm.stage[0]);
