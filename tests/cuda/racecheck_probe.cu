@@ -16,6 +16,10 @@
 //     four warps that hand rows over through 256-thread barriers (each thread reads a value another
 //     warp wrote; the writer arrives, the reader syncs: Write-then-Read), the final swap through a
 //     256-thread bar.sync; the third warpgroup exits at once.
+//   seesaw_wg_loader: seesaw_wg with the third warpgroup alive through the rounds, as the seesaw
+//     kernel's loader: it stores round r's tile and arrives on a LANDED barrier (ids 6, 7) that the
+//     round's writer syncs on before it reads the tile; the writer arrives on a FREE barrier (ids 8,
+//     9) that the loader syncs on before it stores that slot again.
 //   red_or_wg: the wide kernel's per-tile vote: at the same sizes, warpgroups 0 and 1 meet each
 //     round in a 256-thread bar.red.or.pred (alternating ids 1, 2), warpgroup 0 voting r % 3 == 0,
 //     1 voting false; each checks the OR. (For synccheck: the wide kernel's vote is where it
@@ -28,7 +32,7 @@
 //     second barrier that warpgroup 1 arrives on once it has read the flag (ids 3, 4) before it
 //     writes that slot again.
 // Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
-// racecheck on each (data/sanitizer_h200.json) to tell the tool's reach from the kernels' races.
+// racecheck on each (data/sanitizer_h200.json, sanitizer_h100.json) to tell the tool's reach from the kernels' races.
 #include <cstdio>
 #include <cstring>
 
@@ -59,6 +63,41 @@ __device__ void handoff_wg(int* out) {
         asm volatile("bar.sync 2, 256;\n" ::: "memory");
       else
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      sum += rows[r % 2][other] - r * 1000 - other;
+    }
+  }
+  sums[wg][i] = wg + 1;
+  asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  sum += sums[wg ^ 1][other] - ((wg ^ 1) + 1);
+  out[threadIdx.x] = sum;
+}
+
+// seesaw_wg_loader (see the header)
+__device__ void handoff_wg_loader(int* out) {
+  __shared__ int rows[2][WG_THREADS];
+  __shared__ int sums[2][WG_THREADS];
+  __shared__ int tile[2][WG_THREADS];
+  const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
+  const int other = (i + 32) % WG_THREADS;
+  if (wg == 2) {
+    for (int r = 0; r < ROUNDS; ++r) {
+      if (r >= 2) asm volatile("bar.sync %0, 256;\n" ::"r"(8 + r % 2) : "memory");
+      tile[r % 2][i] = r * 7 + i;
+      asm volatile("bar.arrive %0, 256;\n" ::"r"(6 + r % 2) : "memory");
+    }
+    out[threadIdx.x] = 0;
+    return;
+  }
+  int sum = 0;
+  for (int r = 0; r < ROUNDS; ++r) {
+    if (r % 2 == wg) {
+      asm volatile("bar.sync %0, 256;\n" ::"r"(6 + r % 2) : "memory");
+      sum += tile[r % 2][other] - r * 7 - other;
+      if (r + 2 < ROUNDS) asm volatile("bar.arrive %0, 256;\n" ::"r"(8 + r % 2) : "memory");
+      rows[r % 2][i] = r * 1000 + i;
+      asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + r % 2) : "memory");
+    } else {
+      asm volatile("bar.sync %0, 256;\n" ::"r"(1 + r % 2) : "memory");
       sum += rows[r % 2][other] - r * 1000 - other;
     }
   }
@@ -145,6 +184,10 @@ __global__ void handoff(int* out, int mode, int id) {
     handoff_wg(out);
     return;
   }
+  if (mode == 14) {
+    handoff_wg_loader(out);
+    return;
+  }
   if (mode >= 9) {
     vote_wg(out, mode - 9);
     return;
@@ -206,9 +249,9 @@ int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
                          "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
-                         "flag_wg_split", "flag_wg_arrive"};
+                         "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader"};
   int mode = -1;
-  for (int i = 0; i < 14; ++i)
+  for (int i = 0; i < 15; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

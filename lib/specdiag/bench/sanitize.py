@@ -39,6 +39,7 @@ PROBE_MODES = (
     "pingpong_then_sync",
     "seesaw",
     "seesaw_wg",
+    "seesaw_wg_loader",
     "red_or_wg",
     "red_or_wg_split",
     "red_or_wg_unaligned",
