@@ -12,8 +12,8 @@
 // rewritten by the epilogue), the rare column-max reduction through the rope block; the epilogue
 // passes each math warpgroup's half of O^T through Q's place or the stages.
 // Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s). bar.sync and
-// bar.red are .aligned: all threads waiting on one barrier run the same instruction, the others
-// arrive (compute-sanitizer's synccheck flags two waiting instructions: tests/cuda/racecheck_probe.cu)
+// bar.red are .aligned: all threads waiting on one barrier's phase run the same instruction, the
+// others arrive (compute-sanitizer's synccheck flags two waiting instructions: tests/cuda/racecheck_probe.cu)
 //   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed
 //   kBarWideFree + s             wg0, wg1 -> loader  both P V of the stage's tile are done
 //   kBarWidePReady + s           wg0 -> wg1   P^T of the stage's tile, its factors and the flag "some

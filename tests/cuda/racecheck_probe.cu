@@ -31,8 +31,11 @@
 //     instead (one waiting instruction per barrier, as the wide kernel does now), and syncs on a
 //     second barrier that warpgroup 1 arrives on once it has read the flag (ids 3, 4) before it
 //     writes that slot again.
-// Every mode is ordered by the PTX memory model and prints 0 wrong; specdiag.bench.sanitize runs
-// racecheck on each (data/sanitizer_h200.json, sanitizer_h100.json) to tell the tool's reach from the kernels' races.
+// Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
+// by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
+// leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
+// specdiag.bench.sanitize runs racecheck on each (data/sanitizer_h200.json, sanitizer_h100.json)
+// to tell the tool's reach from the kernels' races, and synccheck on the warpgroup modes.
 #include <cstdio>
 #include <cstring>
 
