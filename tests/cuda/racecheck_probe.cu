@@ -110,7 +110,8 @@ __device__ void handoff_wg_loader(int* out) {
   out[threadIdx.x] = sum;
 }
 
-// red_or_wg_split, red_or_wg_unaligned: each warpgroup's vote its own instruction
+// red_or_wg_split, red_or_wg_unaligned: each warpgroup's vote its own instruction (warpgroup 1 tests
+// its vote with setp.eq, 0 with setp.ne: texts that differ, so nvcc cannot merge the two into one)
 template <bool ALIGNED>
 __device__ int vote_split(int wg, int mine, int id) {
   int any;
