@@ -222,8 +222,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   // divergent and serialises them all (C7520).
   auto math = [&](auto first) {
     constexpr int C = decltype(first)::value;
-    // barriers of our tiles and of the other's, as immediates (racecheck does not follow a
-    // bar.arrive whose barrier is named by a register: tools/sanitize/arrive_probe.cu)
+    // barriers of our tiles and of the other's, as immediates (C is known at compile time)
     constexpr int P_OURS = C ? kBarP1 : kBarP0, P_OTHERS = C ? kBarP0 : kBarP1;
     constexpr int EMPTY_OURS = C ? kBarEmpty1 : kBarEmpty0, EMPTY_OTHERS = C ? kBarEmpty0 : kBarEmpty1;
     float s[SN];

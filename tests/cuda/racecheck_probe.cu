@@ -31,6 +31,14 @@
 //     instead (one waiting instruction per barrier, as the wide kernel does now), and syncs on a
 //     second barrier that warpgroup 1 arrives on once it has read the flag (ids 3, 4) before it
 //     writes that slot again.
+//   seesaw_mbar: the seesaw kernel's two-tile split as it ends: the loader warpgroup copies two
+//     tiles with cp.async, each completing an mbarrier (cp.async.mbarrier.arrive), and exits; math
+//     warpgroup c waits for tile c, writes its row factors and arrives on barrier 3 + c behind the
+//     async-proxy fence; the other syncs on it and reads them (for warpgroup 0, after its own tile:
+//     the kernel's tail hand-off); then the epilogue's swap through bar.sync 5. seesaw_mbar_stay:
+//     the same with the loader alive to the end (a 384-thread barrier 6). seesaw_named: the same
+//     with the tiles announced on named barriers (the loader waits for its copies, then arrives on
+//     7 + c), as the wide kernel does.
 // Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
 // by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
 // leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
@@ -108,6 +116,67 @@ __device__ void handoff_wg_loader(int* out) {
   asm volatile("bar.sync 5, 256;\n" ::: "memory");
   sum += sums[wg ^ 1][other] - ((wg ^ 1) + 1);
   out[threadIdx.x] = sum;
+}
+
+// seesaw_mbar (LANDED 0, STAY false), seesaw_mbar_stay (0, true), seesaw_named (1, false)
+__device__ int4 g_tile[2][WG_THREADS];
+template <int NAMED, bool STAY>
+__device__ void handoff_mbar(int* out) {
+  __shared__ int4 tile[2][WG_THREADS];
+  __shared__ int alpha[2][WG_THREADS];
+  __shared__ int sums[2][WG_THREADS];
+  __shared__ unsigned long long full[2];
+  const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
+  const int other = (i + 32) % WG_THREADS;
+  const unsigned full0 = (unsigned)__cvta_generic_to_shared(full);
+  if (threadIdx.x == 0) {
+    for (int t = 0; t < 2; ++t) asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(full0 + 8 * t), "r"(WG_THREADS) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (wg == 2) {
+    for (int t = 0; t < 2; ++t) {
+      const unsigned dst = (unsigned)__cvta_generic_to_shared(&tile[t][i]);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(&g_tile[t][i]) : "memory");
+      if (!NAMED) asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full0 + 8 * t) : "memory");
+      asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    if (NAMED) asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 7, 256;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (NAMED) asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 8, 256;\n" ::: "memory");
+    if (STAY) asm volatile("bar.sync 6, 384;\n" ::: "memory");
+    out[threadIdx.x] = 0;
+    return;
+  }
+  auto landed = [&](int t) {
+    if (NAMED) {
+      if (t) asm volatile("bar.sync 8, 256;\n" ::: "memory");
+      else asm volatile("bar.sync 7, 256;\n" ::: "memory");
+    } else {
+      asm volatile("{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n@!done bra WAIT_%=;\n}\n"
+                   ::"r"(full0 + 8 * t) : "memory");
+    }
+  };
+  int bad = 0;
+  if (wg == 0) {
+    landed(0);
+    alpha[0][i] = 1000 + i;
+    asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 3, 256;\n" ::: "memory");
+    asm volatile("bar.sync 4, 256;\nfence.proxy.async.shared::cta;\n" ::: "memory");  // the tail: tile 1 is the other's
+    bad += alpha[1][other] != 2000 + other;
+  } else {
+    asm volatile("bar.sync 3, 256;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    bad += alpha[0][other] != 1000 + other;
+    landed(1);
+    alpha[1][i] = 2000 + i;
+    asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 4, 256;\n" ::: "memory");
+  }
+  sums[wg][i] = wg + 1;
+  asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  bad += sums[wg ^ 1][other] != (wg ^ 1) + 1;
+  if (STAY) asm volatile("bar.arrive 6, 384;\n" ::: "memory");
+  out[threadIdx.x] = bad;
 }
 
 // red_or_wg_split, red_or_wg_unaligned: each warpgroup's vote its own instruction (warpgroup 1 tests
@@ -192,6 +261,12 @@ __global__ void handoff(int* out, int mode, int id) {
     handoff_wg_loader(out);
     return;
   }
+  if (mode >= 15) {
+    if (mode == 15) handoff_mbar<0, false>(out);
+    if (mode == 16) handoff_mbar<0, true>(out);
+    if (mode == 17) handoff_mbar<1, false>(out);
+    return;
+  }
   if (mode >= 9) {
     vote_wg(out, mode - 9);
     return;
@@ -253,9 +328,10 @@ int main(int argc, char** argv) {
   const char* name = argc > 1 ? argv[1] : "sync";
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
                          "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
-                         "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader"};
+                         "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader", "seesaw_mbar", "seesaw_mbar_stay",
+                         "seesaw_named"};
   int mode = -1;
-  for (int i = 0; i < 15; ++i)
+  for (int i = 0; i < 18; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

@@ -45,6 +45,9 @@ PROBE_MODES = (
     "red_or_wg_unaligned",
     "flag_wg_split",
     "flag_wg_arrive",
+    "seesaw_mbar",
+    "seesaw_mbar_stay",
+    "seesaw_named",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
 SYNC_PROBE_MODES = (
