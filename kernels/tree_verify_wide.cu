@@ -410,7 +410,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           bool moved = false;
           const uint32_t buf = pt_buf(stage(tile));
           float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
-          const uint32_t red_s = stage(tile) + ROPE_OFF;
+          const uint32_t red_s = smem_u32(red);
           if (need) {
 #pragma unroll
             for (int ci = 0; ci < COLS; ++ci) {
