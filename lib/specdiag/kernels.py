@@ -103,7 +103,11 @@ def kernel_arch(name: str) -> str:
     """The target a source needs: its ``// specdiag-arch: sm_90a`` line, else ``sm_90``.
 
     Sources using wgmma / setmaxnreg need the architecture-specific ``sm_90a`` target."""
-    m = re.search(r"^//\s*specdiag-arch:\s*(sm_\d+a?)\s*$", kernel_source(name), re.M)
+    return _arch_of(kernel_source(name))
+
+
+def _arch_of(text: str) -> str:
+    m = re.search(r"^//\s*specdiag-arch:\s*(sm_\d+a?)\s*$", text, re.M)
     return m.group(1) if m else "sm_90"
 
 
@@ -147,12 +151,15 @@ def _compile(
     extra=(),
     source: str | None = None,
     defines: Mapping[str, int] | None = None,
+    root: str | Path | None = None,
 ) -> subprocess.CompletedProcess:
     exe = nvcc or shutil.which("nvcc")
     if exe is None:
         raise FileNotFoundError("nvcc is not on PATH")
-    arch = arch or kernel_arch(name)
-    src = kernel_path(name)
+    src = Path(root) / f"{name}.cu" if root is not None else kernel_path(name)
+    if root is not None and not src.is_file():
+        raise FileNotFoundError(f"{src}: no such kernel source")
+    arch = arch or (_arch_of(src.read_text()) if root is not None else kernel_arch(name))
     if source is not None:
         src = Path(td) / f"{name}.cu"
         src.write_text(source)
@@ -204,14 +211,20 @@ def find_cuobjdump() -> str | None:
         return None
 
 
-def sass(name: str, arch: str | None = None, nvcc: str | None = None, defines: Mapping[str, int] | None = None) -> str:
-    """Disassembly (SASS) of ``kernels/<name>.cu`` built for ``arch`` (default: ``kernel_arch``);
-    needs nvcc and cuobjdump."""
+def sass(
+    name: str,
+    arch: str | None = None,
+    nvcc: str | None = None,
+    defines: Mapping[str, int] | None = None,
+    root: str | Path | None = None,
+) -> str:
+    """Disassembly (SASS) of ``kernels/<name>.cu`` (or ``root/<name>.cu``: another revision's
+    sources) built for ``arch`` (default: the source's ``specdiag-arch``); needs nvcc and cuobjdump."""
     dump = find_cuobjdump()
     if dump is None:
         raise FileNotFoundError("sass() needs cuobjdump (PATH or Triton's bundled copy)")
     with tempfile.TemporaryDirectory() as td:
-        _compile(name, arch, nvcc, "cubin", td, defines=defines)
+        _compile(name, arch, nvcc, "cubin", td, defines=defines, root=root)
         return subprocess.run(
             [dump, "--dump-sass", str(Path(td) / "k.cubin")], capture_output=True, text=True, check=True
         ).stdout
