@@ -8,7 +8,9 @@ import torch
 
 a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
 out = []
-for k in a:
+for k in sorted(a.keys() ^ b.keys()):  # a kernel one revision has and the other lacks
+    print(f"{k}: only in the {'old' if k in a else 'new'} revision's run")
+for k in (k for k in a if k in b):
     oa, la, sa = a[k]
     ob, lb, sb = b[k]
     out.append(
