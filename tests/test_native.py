@@ -289,6 +289,9 @@ def test_plan_covers_every_tile_once(rows, nodes, prefix, batch, spec):
     )
     assert covered == list(range(tree_tiles))
     assert plan.m_tiles * plan.rows_per_cta >= rows > (plan.m_tiles - 1) * plan.rows_per_cta
+    tiles = plan.split_tiles(prefix, nodes)  # (what each CTA's split_work gives it)
+    assert len(tiles) == plan.splits and sum(tiles) == prefix_tiles + tree_tiles
+    assert sum(plan.split_tiles(prefix // 2, nodes)[: plan.n_prefix_splits]) == math.ceil(prefix // 2 / bn)
 
 
 def test_makespan_model_reproduces_the_recorded_tuning_run():

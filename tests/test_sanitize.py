@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from specdiag.attention.registry import KERNELS
 from specdiag.bench import sanitize
 
 RACE = """========= COMPUTE-SANITIZER
@@ -83,3 +84,12 @@ def test_probe_modes_are_the_probes_own():
     text = sanitize.PROBE.read_text()
     listed = re.search(r"const char\* modes\[\] = \{([^}]*)\}", text).group(1)
     assert set(re.findall(r'"(\w+)"', listed)) == set(sanitize.PROBE_MODES)
+
+
+@pytest.mark.parametrize("impl", sorted(KERNELS))
+def test_workload_runs_every_kernels_steady_loop(impl):
+    """The sanitizers see a stage refilled (a split of 3 tiles or more, with two stages) and both tail
+    parities (an odd and an even split of 3 or more) in every kernel, not only 1- and 2-tile splits."""
+    tiles = sanitize.split_tiles(impl)
+    assert any(n >= 3 and n % 2 for n in tiles) and any(n >= 4 and n % 2 == 0 for n in tiles), sorted(set(tiles))
+    assert 0 in tiles and 1 in tiles  # (and the empty and one-tile splits, as before)

@@ -32,6 +32,15 @@ class LaunchPlan:
     def splits(self) -> int:
         return self.n_prefix_splits + self.n_tree_splits
 
+    def split_tiles(self, prefix_len: int, nodes: int) -> list[int]:
+        """The tiles each split CTA of one request takes, prefix splits then tree splits (the
+        kernels' ``tvc::split_work``): a request shorter than the plan's longest gets empty splits."""
+        prefix, tree = math.ceil(prefix_len / self.bn), math.ceil(nodes / self.bn)
+        per, tree_per = self.prefix_tiles_per_split, self.tree_tiles_per_split
+        return [max(0, min(per, prefix - s * per)) for s in range(self.n_prefix_splits)] + [
+            max(0, min(tree_per, tree - s * tree_per)) for s in range(self.n_tree_splits)
+        ]
+
 
 def plan_makespan(
     m_ctas: int,

@@ -1,5 +1,5 @@
 """compute-sanitizer (memcheck, racecheck, synccheck) over every native kernel and the merge, on
-small shapes: ragged batches, page sizes 1 and 64, an empty prefix, several splits.
+small shapes: ragged batches, page sizes 1 and 64, an empty prefix, splits of 0 to 5 tiles and more.
 
 ``sanitize()`` runs each tool on ``python -m specdiag.bench.sanitize --workload IMPL`` in a child
 process and parses the tool's summary line and, for racecheck, the distinct (write, read) code
@@ -19,11 +19,14 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
-# (prefix_lens, nodes, heads, page_size, prefix_splits)
+# (prefix_lens, nodes, heads, page_size, prefix_splits); the last two give every kernel splits of
+# 4 and more tiles, odd and even, so that the steady loop (a stage refilled) and both tail parities run
 WORKLOAD = (
     ([300], 9, 8, 64, 3),
     ([0, 200, 31], 33, 4, 1, 2),
     ([129], 65, 2, 16, None),
+    ([600], 9, 8, 1, 2),
+    ([512], 33, 4, 64, 2),
 )
 _SUMMARY = re.compile(r"(ERROR|RACECHECK) SUMMARY: (\d+) (errors?|hazards?)(?: displayed \((\d+) errors?)?")
 _ACCESS = re.compile(r"(Write|Read) (?:Thread \S+ at|access at) (.+?\+0x[0-9a-f]+)")
@@ -59,7 +62,7 @@ SYNC_PROBE_MODES = (
     "flag_wg_arrive",
 )
 
-__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "sanitize", "probe"]
+__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "split_tiles", "sanitize", "probe"]
 
 
 def run_workload(impl: str, defines: dict[str, int] | None = None) -> None:
@@ -79,6 +82,21 @@ def run_workload(impl: str, defines: dict[str, int] | None = None) -> None:
         err = relative_error(out.cpu(), ref)
         if err > 1e-2:
             raise SystemExit(f"{impl} {lens} T={t} H={h} ps={ps}: relative error {err:.2e}")
+
+
+def split_tiles(impl: str, workload=WORKLOAD, num_sms: int = 132) -> list[int]:
+    """The tile count of every (row block, split) CTA that ``impl`` runs over ``workload`` (its
+    launch plan on a GPU of ``num_sms`` SMs, with the workload's split counts)."""
+    from ..attention.plan import plan_launch
+    from ..attention.registry import KERNELS
+
+    spec, counts = KERNELS[impl], []
+    for lens, t, h, _, splits in workload:
+        plan = plan_launch(
+            t * h, t, max(lens), len(lens), num_sms, splits, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
+        )
+        counts += [n for length in lens for n in plan.split_tiles(length, t)] * plan.m_tiles
+    return counts
 
 
 def sanitize(impls, tools=TOOLS, progress=print) -> list[dict]:
