@@ -1,5 +1,6 @@
 """compute-sanitizer (memcheck, racecheck, synccheck) over every native kernel and the merge, on
-small shapes: ragged batches, page sizes 1 and 64, an empty prefix, splits of 0 to 5 tiles and more.
+small shapes: ragged batches, page sizes 1 and 64, an empty prefix, splits from none to several tiles
+(a stage refilled, both tail parities).
 
 ``sanitize()`` runs each tool on ``python -m specdiag.bench.sanitize --workload IMPL`` in a child
 process and parses the tool's summary line and, for racecheck, the distinct (write, read) code
