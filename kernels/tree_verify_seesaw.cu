@@ -33,6 +33,9 @@
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
+#ifndef TV_LOADER_STAYS
+#define TV_LOADER_STAYS 0  // 1: the loader exits only after the math (racecheck's view of an exited loader)
+#endif
 
 namespace tvsee {
 using namespace tvg;
@@ -201,6 +204,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       cp_async_wait<0>();
       trace_kernel(2, kDone);
     }
+    if constexpr (TV_LOADER_STAYS != 0) bar_sync(kBarSeesawDone, NT);
     return;
   }
 
@@ -355,6 +359,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
   trace_kernel(c, kDone);
+  if constexpr (TV_LOADER_STAYS != 0) bar_arrive(kBarSeesawDone, NT);
 }
 
 }  // namespace tvsee

@@ -1,6 +1,7 @@
 """specdiag.bench.sanitize's reading of compute-sanitizer's reports (no GPU: the tool's output is
 replayed), and the racecheck and evict-last probes compile."""
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -79,8 +80,6 @@ def test_evict_last_probe_builds_both_copy_forms(tmp_path):
 def test_probe_modes_are_the_probes_own():
     """bench.sanitize runs each mode the probe's main() knows, and no other (a mode named in one
     place only would be skipped, or fail as unknown)."""
-    import re
-
     text = sanitize.PROBE.read_text()
     listed = re.search(r"const char\* modes\[\] = \{([^}]*)\}", text).group(1)
     assert set(re.findall(r'"(\w+)"', listed)) == set(sanitize.PROBE_MODES)
@@ -93,3 +92,21 @@ def test_workload_runs_every_kernels_steady_loop(impl):
     tiles = sanitize.split_tiles(impl)
     assert any(n >= 3 and n % 2 for n in tiles) and any(n >= 4 and n % 2 == 0 for n in tiles), sorted(set(tiles))
     assert 0 in tiles and 1 in tiles  # (and the empty and one-tile splits, as before)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_seesaw_loader_stays_build(tmp_path):
+    """TV_LOADER_STAYS=1 (racecheck's view of an exited loader, docs/kernel_notes.md): one waiting
+    instruction on barrier 6 (the loader's) and one arrive (the math's), no spills, wgmma not
+    serialised; the default build has neither."""
+    from specdiag import kernels
+
+    (f,) = kernels.nvcc_check("tree_verify_seesaw", defines={"TV_LOADER_STAYS": 1}).values()
+    assert not f.spills and not f.wgmma_serialized
+    if kernels.find_cuobjdump() is None:
+        pytest.skip("no cuobjdump")
+    on = kernels.sass("tree_verify_seesaw", defines={"TV_LOADER_STAYS": 1})
+    off = kernels.sass("tree_verify_seesaw")
+    for text, n in ((on, 1), (off, 0)):
+        assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING 0x6, 0x180", text)) == n
+        assert len(re.findall(r"BAR\.ARV 0x6, 0x180", text)) == n
