@@ -95,18 +95,27 @@ def test_workload_runs_every_kernels_steady_loop(impl):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-def test_seesaw_loader_stays_build(tmp_path):
-    """TV_LOADER_STAYS=1 (racecheck's view of an exited loader, docs/kernel_notes.md): one waiting
-    instruction on barrier 6 (the loader's) and one arrive (the math's), no spills, wgmma not
-    serialised; the default build has neither."""
+def test_seesaw_builds_for_the_racecheck_question(tmp_path):
+    """The seesaw kernel's two switches for racecheck's findings (docs/kernel_notes.md, twenty-fourth
+    session) compile without spills or serialised wgmma. TV_LOADER_STAYS=1: one wait on barrier 6
+    (the loader's) and one arrive (the math's). TV_LANDED_NAMED=1: no mbarrier wait or cp.async
+    arrive left, each part of each stage waited for on its own named barrier (7..12) by one
+    instruction. The default build has none of it."""
     from specdiag import kernels
 
-    (f,) = kernels.nvcc_check("tree_verify_seesaw", defines={"TV_LOADER_STAYS": 1}).values()
-    assert not f.spills and not f.wgmma_serialized
+    builds = ({}, {"TV_LOADER_STAYS": 1}, {"TV_LANDED_NAMED": 1})
+    for d in builds[1:]:
+        (f,) = kernels.nvcc_check("tree_verify_seesaw", defines=d).values()
+        assert not f.spills and not f.wgmma_serialized, d
     if kernels.find_cuobjdump() is None:
         pytest.skip("no cuobjdump")
-    on = kernels.sass("tree_verify_seesaw", defines={"TV_LOADER_STAYS": 1})
-    off = kernels.sass("tree_verify_seesaw")
-    for text, n in ((on, 1), (off, 0)):
-        assert len(re.findall(r"BAR\.SYNC\.DEFER_BLOCKING 0x6, 0x180", text)) == n
-        assert len(re.findall(r"BAR\.ARV 0x6, 0x180", text)) == n
+    default, stays, named = (kernels.sass("tree_verify_seesaw", defines=d) for d in builds)
+
+    def count(text, pattern):
+        return len(re.findall(pattern, text))
+
+    assert count(stays, r"BAR\.SYNC\.DEFER_BLOCKING 0x6, 0x180") == count(stays, r"BAR\.ARV 0x6, 0x180") == 1
+    assert count(named, r"SYNCS\.PHASECHK") == count(named, r"ARRIVES\.LDGSTSBAR") == 0
+    assert all(count(named, rf"BAR\.SYNC\.DEFER_BLOCKING 0x{i:x}, 0x100") == 1 for i in range(7, 13))
+    assert count(default, r"SYNCS\.PHASECHK") > 0
+    assert count(default, r"BAR\.\w+(\.DEFER_BLOCKING)? 0x([6-9a-c]),") == 0
