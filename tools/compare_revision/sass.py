@@ -34,7 +34,10 @@ def extract_kernels(rev: str, dest: Path, repo: Path) -> Path:
     if res.returncode != 0:
         raise SystemExit(f"git archive {rev} kernels: {res.stderr.decode().strip()}")
     with tarfile.open(fileobj=BytesIO(res.stdout)) as tar:
-        tar.extractall(dest, filter="data")
+        try:
+            tar.extractall(dest, filter="data")
+        except TypeError:  # (Python before 3.11.4 has no extraction filters; git's own archive)
+            tar.extractall(dest)
     return dest / "kernels"
 
 
