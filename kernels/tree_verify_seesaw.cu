@@ -190,19 +190,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // NAMED: each part of `tile` announced once this thread's copies of it have landed (`later`
       // groups were committed after the tile's)
-      auto announce = [&](int tile, auto later) {
-        constexpr int L = decltype(later)::value;
-        cp_async_wait<L + 2>();
-        fence_proxy_async();
-        bar_arrive(landed(tile, 0), 2 * WG);
-        cp_async_wait<L + 1>();
-        fence_proxy_async();
-        bar_arrive(landed(tile, 1), 2 * WG);
-        cp_async_wait<L>();
-        fence_proxy_async();
-        bar_arrive(landed(tile, 2), 2 * WG);
-      };
-      static_assert(PARTS == 3, "announce: three parts");
+      auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
+      static_assert(PARTS == 3, "announce_parts: three parts");
       load_q<BM, WG>(p, sQ, t, b, row0);
       if constexpr (NAMED) cp_async_commit();  // (Q lands before tile 0's first part is announced)
       int pg[ROWS_T];

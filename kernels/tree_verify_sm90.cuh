@@ -162,6 +162,22 @@ __device__ __forceinline__ bool bar_red_or(int id, int count, bool pred) {
   return r != 0;
 }
 
+// A tile's three cp.async groups (parts) announced on named barriers first_id .. first_id + 2
+// (`count` threads: these arrive, the part's reader syncs), each once this thread's copies of it
+// have landed; L groups were committed after the tile's.
+template <int L>
+__device__ __forceinline__ void announce_parts(int first_id, int count) {
+  cp_async_wait<L + 2>();
+  fence_proxy_async();  // the copies are read by wgmma (async proxy)
+  bar_arrive(first_id, count);
+  cp_async_wait<L + 1>();
+  fence_proxy_async();
+  bar_arrive(first_id + 1, count);
+  cp_async_wait<L>();
+  fence_proxy_async();
+  bar_arrive(first_id + 2, count);
+}
+
 // two floats from shared memory at `addr` (8-byte aligned) if `pred`, else zeros and no access
 __device__ __forceinline__ float2 ld_shared_f2_if(uint32_t addr, bool pred) {
   float2 v;

@@ -197,18 +197,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
-      auto announce = [&](int tile, auto later) {
-        constexpr int L = decltype(later)::value;
-        cp_async_wait<L + 2>();
-        fence_proxy_async();  // the copies are read by wgmma (async proxy)
-        bar_arrive(landed(tile, 0), 2 * WG);
-        cp_async_wait<L + 1>();
-        fence_proxy_async();
-        bar_arrive(landed(tile, 1), 2 * WG);
-        cp_async_wait<L>();
-        fence_proxy_async();
-        bar_arrive(landed(tile, 2), 2 * WG);
-      };
+      auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
       int pg0[ROWS_T];
       pages_of(0, pg0);  // (tile 0's page-table reads go out first: their latency hides behind Q's copies)
       for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
