@@ -66,25 +66,29 @@ def kernel_names() -> list[str]:
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w.\-]+)"[ \t]*$', re.M)
 
 
-def kernel_source(name: str) -> str:
-    """The source of ``kernels/<name>.cu`` with the project's own headers (``#include "x.cuh"``
-    of a file beside it) pasted in, so it compiles from a string (pycuda) or a lone copy."""
-    p = _kernel_dir() / f"{name}.cu"
+def kernel_source(name: str, root: str | Path | None = None) -> str:
+    """The source of ``kernels/<name>.cu`` (or ``root/<name>.cu``) with the project's own headers
+    (``#include "x.cuh"`` of a file beside it) pasted in, so it compiles from a string (pycuda) or
+    a lone copy."""
+    d = _kernel_dir() if root is None else Path(root)
+    p = d / f"{name}.cu"
     if not p.is_file():
-        raise FileNotFoundError(f"no CUDA source {name!r}; shipped: {kernel_names()}")
-    return _expand_includes(p.read_text(), seen=set())
+        raise FileNotFoundError(
+            f"no CUDA source {name!r}; " + (f"shipped: {kernel_names()}" if root is None else f"not in {d}")
+        )
+    return _expand_includes(p.read_text(), seen=set(), d=d)
 
 
-def _expand_includes(text: str, seen: set[str]) -> str:
+def _expand_includes(text: str, seen: set[str], d) -> str:
     def paste(m: re.Match) -> str:
-        header = _kernel_dir() / m.group(1)
+        header = d / m.group(1)
         if not header.is_file():
             return m.group(0)  # not ours: leave it to the compiler's include path
         if m.group(1) in seen:
             return f"// {m.group(1)} already included"
         seen.add(m.group(1))
         body = re.sub(r"^[ \t]*#[ \t]*pragma[ \t]+once[ \t]*$", "", header.read_text(), flags=re.M)
-        return f"// ---- begin {m.group(1)} ----\n{_expand_includes(body, seen)}\n// ---- end {m.group(1)} ----"
+        return f"// ---- begin {m.group(1)} ----\n{_expand_includes(body, seen, d)}\n// ---- end {m.group(1)} ----"
 
     return _LOCAL_INCLUDE.sub(paste, text)
 
@@ -159,7 +163,7 @@ def _compile(
     src = Path(root) / f"{name}.cu" if root is not None else kernel_path(name)
     if root is not None and not src.is_file():
         raise FileNotFoundError(f"{src}: no such kernel source")
-    arch = arch or (_arch_of(src.read_text()) if root is not None else kernel_arch(name))
+    arch = arch or _arch_of(kernel_source(name, root))
     if source is not None:
         src = Path(td) / f"{name}.cu"
         src.write_text(source)

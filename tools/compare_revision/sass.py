@@ -50,19 +50,6 @@ def instructions(text: str) -> int:
     return len(_INSTRUCTION.findall(text))
 
 
-def switch_text(root: Path, source: str) -> str:
-    """A source and the headers of ``root`` it includes: where its compile-time switches are named."""
-    todo, seen, text = [f"{source}.cu"], set(), []
-    while todo:
-        name = todo.pop()
-        if name in seen or not (root / name).is_file():
-            continue
-        seen.add(name)
-        text.append((root / name).read_text())
-        todo += re.findall(r'^\s*#include\s+"([^"]+)"', text[-1], re.M)
-    return "".join(text)
-
-
 def compare(old_root: Path, new_root: Path = KERNELS_DIR, extra=(), specs=None, progress=print) -> list[dict]:
     """One row per build of each of ``specs`` (default: every registry row and the merge), with its
     own defines, then with each set of ``extra`` whose switches its source (in ``new_root``) names:
@@ -70,7 +57,7 @@ def compare(old_root: Path, new_root: Path = KERNELS_DIR, extra=(), specs=None, 
     (``None``: ``old_root`` lacks the source)."""
     rows = []
     for spec in specs or (*KERNELS.values(), MERGE):
-        text = switch_text(new_root, spec.source)
+        text = kernels.kernel_source(spec.source, root=new_root)  # (its headers pasted in)
         for more in [{}, *extra]:
             if not all(re.search(rf"\b{re.escape(name)}\b", text) for name in more):
                 continue
@@ -101,7 +88,7 @@ def main(argv=None) -> int:
         extra = parse_variants(a.defines) if a.defines else []
     except ValueError as e:
         ap.error(f"--defines: {e}")
-    named = "".join(switch_text(KERNELS_DIR, s.source) for s in (*KERNELS.values(), MERGE))
+    named = "".join(kernels.kernel_source(s.source, root=KERNELS_DIR) for s in (*KERNELS.values(), MERGE))
     for name in sorted({n for d in extra for n in d}):
         if not re.search(rf"\b{re.escape(name)}\b", named):
             ap.error(f"--defines: {name} is not a switch of any kernel source")

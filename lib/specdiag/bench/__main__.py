@@ -150,11 +150,11 @@ def main(argv=None) -> int:
         save(a.out, "native_ablation", {"rows": ablate(impl="wgmma_seesaw" if a.impl == "auto" else a.impl)})
         return 0
     if a.mode == "sanitize":
-        from .sanitize import WORKLOAD, probe, sanitize
+        from .sanitize import WORKLOAD, WORKLOAD_FIELDS, probe, sanitize
 
         rows = sanitize([*KERNELS] if a.impl == "auto" else [a.impl])
         probes = probe()
-        workload = [dict(zip(("prefix_lens", "nodes", "heads", "page_size", "prefix_splits"), c)) for c in WORKLOAD]
+        workload = [dict(zip(WORKLOAD_FIELDS, c)) for c in WORKLOAD]
         save(a.out, "sanitizer", {"rows": rows, "probe": probes, "workload": workload})
         bad = [r for r in rows if r["findings"] != 0 or r["exit_code"] != 0]
         print(f"{len(rows) - len(bad)} clean, {len(bad)} not")

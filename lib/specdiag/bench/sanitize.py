@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 TOOLS = ("memcheck", "racecheck", "synccheck")
-# (prefix_lens, nodes, heads, page_size, prefix_splits); the last two give every kernel splits of
-# 4 and more tiles, odd and even, so that the steady loop (a stage refilled) and both tail parities run
+# the last two cases give every kernel splits of 4 and more tiles, odd and even, so that the
+# steady loop (a stage refilled) and both tail parities run
+WORKLOAD_FIELDS = ("prefix_lens", "nodes", "heads", "page_size", "prefix_splits")
 WORKLOAD = (
     ([300], 9, 8, 64, 3),
     ([0, 200, 31], 33, 4, 1, 2),
@@ -63,7 +64,17 @@ SYNC_PROBE_MODES = (
     "flag_wg_arrive",
 )
 
-__all__ = ["TOOLS", "WORKLOAD", "PROBE_MODES", "SYNC_PROBE_MODES", "run_workload", "split_tiles", "sanitize", "probe"]
+__all__ = [
+    "TOOLS",
+    "WORKLOAD",
+    "WORKLOAD_FIELDS",
+    "PROBE_MODES",
+    "SYNC_PROBE_MODES",
+    "run_workload",
+    "split_tiles",
+    "sanitize",
+    "probe",
+]
 
 
 def run_workload(impl: str, defines: dict[str, int] | None = None) -> None:
