@@ -95,7 +95,7 @@ def test_workload_runs_every_kernels_steady_loop(impl):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-def test_seesaw_builds_for_the_racecheck_question(tmp_path):
+def test_seesaw_builds_for_the_racecheck_question():
     """The seesaw kernel's two switches for racecheck's findings (docs/kernel_notes.md, twenty-fourth
     session) compile without spills or serialised wgmma. TV_LOADER_STAYS=1: one wait on barrier 6
     (the loader's) and one arrive (the math's). TV_LANDED_NAMED=1: no mbarrier wait or cp.async
