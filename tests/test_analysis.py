@@ -169,6 +169,9 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
     assert auto.loc[(185000, 8, 65), "ms"] == 2.0 * 185000  # the picked kernel's own measurement
     assert analysis.with_auto(df[df.impl == "triton"]).equals(df[df.impl == "triton"])  # nothing to pick from
     assert analysis.with_auto(out).equals(out)  # a frame that has measured auto rows keeps them
+    lacking = df[~((df.impl == "native_wgmma") & (df.context == 16384))]  # auto's pick at 16k x 8 x 9
+    with pytest.raises(ValueError, match=r"lacks .*native_wgmma at 16384 x 8 heads x 9 nodes$"):
+        analysis.with_auto(lacking)
 
 
 def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():

@@ -82,20 +82,32 @@ def speedup_range(df, base: str, new: str, what: str, min_context: int = 32768) 
 def with_auto(df, name: str = "native_auto"):
     """``df`` plus rows ``name`` where it has none: per (context, heads, nodes), the measurement of
     the kernel ``impl="auto"`` picks on sm_90 (``registry.hopper_auto``), where that kernel was
-    measured at page size 64; what the library's default delivers at each shape."""
+    measured at page size 64; what the library's default delivers at each shape. A recording that
+    measured some native kernels but not the one picked at a shape is an error (its auto rows would
+    leave that shape out); one with no native kernel at all is returned as it is."""
     import pandas as pd
 
     if name in set(df.impl):
         return df
     labels = {k.name: k.label for k in KERNELS.values()}
-    picks = []
+    if not set(labels.values()) & set(df.impl):
+        return df
+    picks, missing = [], []
     for (ctx, h, t), g in df.groupby(["context", "heads", "nodes"]):
-        row = g[g.impl == labels[hopper_auto(h * t, ctx)]]
-        if len(row):
-            picks.append(row.iloc[0].copy())
-            picks[-1]["kernel"] = hopper_auto(h * t, ctx)
-            picks[-1]["impl"] = name
-    return pd.concat([df, pd.DataFrame(picks)], ignore_index=True) if picks else df
+        kernel = hopper_auto(h * t, ctx)
+        row = g[g.impl == labels[kernel]]
+        if not len(row):
+            missing.append(f"{labels[kernel]} at {ctx} x {h} heads x {t} nodes")
+            continue
+        picks.append(row.iloc[0].copy())
+        picks[-1]["kernel"] = kernel
+        picks[-1]["impl"] = name
+    if missing:
+        raise ValueError(
+            f"the recording lacks the kernel impl='auto' picks: {', '.join(missing[:3])}"
+            + (f" and {len(missing) - 3} more shapes" if len(missing) > 3 else "")
+        )
+    return pd.concat([df, pd.DataFrame(picks)], ignore_index=True)
 
 
 # The kernel's targets beside the real peers (data/peers_h200.json), measured in one run:
