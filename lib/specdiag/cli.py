@@ -187,7 +187,6 @@ def lab_env(environ=None) -> dict:
 
 def lab_main(folder: str | None, extra: list[str]) -> int:
     import os
-    import shutil
     import subprocess
     from pathlib import Path
 
@@ -196,14 +195,11 @@ def lab_main(folder: str | None, extra: list[str]) -> int:
     where = folder or str(REPO_ROOT / "notebooks")
     if not Path(where).is_dir():
         return _fail(f"lab: {where} is not a folder (give jupyter lab's options as --name=value)")
-    if (
-        shutil.which("jupyter") is None
-        or subprocess.run(["jupyter", "lab", "--version"], capture_output=True).returncode
-    ):
-        return _fail('JupyterLab is not installed: pip install -e ".[notebook]"')
+    # the JupyterLab of this interpreter, not whichever `jupyter` is first on PATH
+    if subprocess.run([sys.executable, "-m", "jupyterlab", "--version"], capture_output=True).returncode:
+        return _fail(f'JupyterLab is not installed for {sys.executable}: pip install -e ".[notebook]"')
     # this process becomes the server (no child left behind when it is stopped: its kernels with it)
-    jupyter = shutil.which("jupyter")
-    os.execve(jupyter, [jupyter, "lab", *extra, f"--ServerApp.root_dir={where}"], lab_env())
+    os.execve(sys.executable, [sys.executable, "-m", "jupyterlab", *extra, f"--ServerApp.root_dir={where}"], lab_env())
 
 
 if __name__ == "__main__":
