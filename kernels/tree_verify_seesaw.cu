@@ -33,12 +33,6 @@
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
-#ifndef TV_LOADER_STAYS
-#define TV_LOADER_STAYS 0  // 1: the loader exits only after the math (racecheck's view of an exited loader)
-#endif
-#ifndef TV_LANDED_NAMED
-#define TV_LANDED_NAMED 0  // 1: tile parts announced on named barriers, as the wide kernel does, not mbarriers
-#endif
 
 namespace tvsee {
 using namespace tvg;
@@ -143,8 +137,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
-  constexpr bool NAMED = TV_LANDED_NAMED != 0;  // LANDED (stage, part): the loader arrives, the tile's owner syncs
-  const auto landed = [](int tile, int part) { return kBarSeesawLanded + PARTS * (tile & 1) + part; };
 
   if (tid == 0) {
     for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
@@ -184,28 +176,16 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
               if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
-          if constexpr (NAMED) cp_async_commit();
-          else cp_async_mbar_arrive(full(tile, part));
+          cp_async_mbar_arrive(full(tile, part));
         }
       };
-      // NAMED: each part of `tile` announced once this thread's copies of it have landed (`later`
-      // groups were committed after the tile's)
-      auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
-      static_assert(PARTS == 3, "announce_parts: three parts");
       load_q<BM, WG>(p, sQ, t, b, row0);
-      if constexpr (NAMED) cp_async_commit();  // (Q lands before tile 0's first part is announced)
       int pg[ROWS_T];
       pages_of(0, pg);
       load_tile(0, pg);
       if (n > 1) {
         pages_of(1, pg);
         load_tile(1, pg);
-        if constexpr (NAMED) {
-          announce(0, Const<PARTS>{});
-          announce(1, Const<0>{});
-        }
-      } else if constexpr (NAMED) {
-        announce(0, Const<0>{});
       }
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
@@ -215,14 +195,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
-        if constexpr (NAMED) announce(j + 2, Const<0>{});
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
       trace_kernel(2, kDone);
     }
-    if constexpr (TV_LOADER_STAYS != 0) bar_sync(kBarSeesawDone, NT);
     return;
   }
 
@@ -283,8 +261,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
-        if constexpr (NAMED) bar_sync(kBarSeesawLanded + PARTS * C + part, 2 * WG);  // (our tiles are in stage C)
-        else mbar_wait(full(t, part), (t >> 1) & 1);
+        mbar_wait(full(t, part), (t >> 1) & 1);
         if (part == 0) trace(C, t, kPart0);
         if (part == PARTS - 1) trace(C, t, kPartsAll);
         fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
@@ -378,7 +355,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
   trace_kernel(c, kDone);
-  if constexpr (TV_LOADER_STAYS != 0) bar_arrive(kBarSeesawDone, NT);
 }
 
 }  // namespace tvsee

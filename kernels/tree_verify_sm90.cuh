@@ -142,8 +142,6 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarSeesawDone = 6,  // seesaw, when its loader stays to the end: the math is done (math arrives, the loader waits)
-  kBarSeesawLanded = 7,  // seesaw, with parts announced on named barriers, + 3 stage + part: that part landed (loader -> owner)
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
   kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile, its factors and the "moved" flag out (wg0 -> wg1)

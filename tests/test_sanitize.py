@@ -92,30 +92,3 @@ def test_workload_runs_every_kernels_steady_loop(impl):
     tiles = sanitize.split_tiles(impl)
     assert any(n >= 3 and n % 2 for n in tiles) and any(n >= 4 and n % 2 == 0 for n in tiles), sorted(set(tiles))
     assert 0 in tiles and 1 in tiles  # (and the empty and one-tile splits, as before)
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-def test_seesaw_builds_for_the_racecheck_question():
-    """The seesaw kernel's two switches for racecheck's findings (docs/kernel_notes.md, twenty-fourth
-    session) compile without spills or serialised wgmma. TV_LOADER_STAYS=1: one wait on barrier 6
-    (the loader's) and one arrive (the math's). TV_LANDED_NAMED=1: no mbarrier wait or cp.async
-    arrive left, each part of each stage waited for on its own named barrier (7..12) by one
-    instruction. The default build has none of it."""
-    from specdiag import kernels
-
-    builds = ({}, {"TV_LOADER_STAYS": 1}, {"TV_LANDED_NAMED": 1})
-    for d in builds[1:]:
-        (f,) = kernels.nvcc_check("tree_verify_seesaw", defines=d).values()
-        assert not f.spills and not f.wgmma_serialized, d
-    if kernels.find_cuobjdump() is None:
-        pytest.skip("no cuobjdump")
-    default, stays, named = (kernels.sass("tree_verify_seesaw", defines=d) for d in builds)
-
-    def count(text, pattern):
-        return len(re.findall(pattern, text))
-
-    assert count(stays, r"BAR\.SYNC\.DEFER_BLOCKING 0x6, 0x180") == count(stays, r"BAR\.ARV 0x6, 0x180") == 1
-    assert count(named, r"SYNCS\.PHASECHK") == count(named, r"ARRIVES\.LDGSTSBAR") == 0
-    assert all(count(named, rf"BAR\.SYNC\.DEFER_BLOCKING 0x{i:x}, 0x100") == 1 for i in range(7, 13))
-    assert count(default, r"SYNCS\.PHASECHK") > 0
-    assert count(default, r"BAR\.\w+(\.DEFER_BLOCKING)? 0x([6-9a-c]),") == 0

@@ -237,22 +237,6 @@ def test_wide_trace_on_the_gpu():
 
 
 @pytest.mark.gpu
-def test_seesaw_racecheck_switches_give_the_default_bits():
-    """The seesaw kernel's builds for racecheck's question (the loader staying to the end; tile
-    parts on named barriers) change only synchronisation: their outputs are the default build's bit
-    for bit, with splits of one tile to many and both tail parities."""
-    import torch
-
-    from specdiag.bench.variants import identity
-
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the seesaw kernel needs sm_90")
-    switches = [{"TV_LOADER_STAYS": 1}, {"TV_LANDED_NAMED": 1}, {"TV_LANDED_NAMED": 1, "TV_LOADER_STAYS": 1}]
-    cases = (([20000], 9, 8, 1), ([64, 129, 1, 0], 10, 8, 1), ([5000, 777], 65, 16, 12))
-    rows = identity("wgmma_seesaw", switches, cases=cases, progress=lambda *_: None)
-    assert len(rows) == 9 and all(r["bit_identical"] for r in rows)
-
-
 def test_variant_table_sets_each_peer_against_the_default_build():
     from specdiag import analysis
 

@@ -39,6 +39,10 @@
 //     the same with the loader alive to the end (a 384-thread barrier 6). seesaw_named: the same
 //     with the tiles announced on named barriers (the loader waits for its copies, then arrives on
 //     7 + c), as the wide kernel does.
+//   seesaw_named_nofence, seesaw_named_fence_first, seesaw_mbar_fence_first: those with the
+//     async-proxy fences left out, or issued before the row factors are written instead of between
+//     the write and the arrive; seesaw_bare, seesaw_bare_nofence: the row-factor hand-offs and the
+//     swap alone (no tiles, no loader work), with and without the fences.
 // Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
 // by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
 // leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
@@ -118,14 +122,16 @@ __device__ void handoff_wg_loader(int* out) {
   out[threadIdx.x] = sum;
 }
 
-// seesaw_mbar (LANDED 0, STAY false), seesaw_mbar_stay (0, true), seesaw_named (1, false)
+// seesaw_mbar (LANDED 0, STAY false), seesaw_mbar_stay (0, true), seesaw_named (1, false); NAMED 2:
+// no tiles. FENCE 0: none, 1: between the row factors' write and the arrive (as the kernel), 2: before
+// the write
 __device__ int4 g_tile[2][WG_THREADS];
-template <int NAMED, bool STAY>
+__shared__ int4 tile[2][WG_THREADS];  // (one copy for every instance of the template)
+__shared__ int alpha[2][WG_THREADS];
+__shared__ int sums[2][WG_THREADS];
+__shared__ unsigned long long full[2];
+template <int NAMED, bool STAY, int FENCE = 1>
 __device__ void handoff_mbar(int* out) {
-  __shared__ int4 tile[2][WG_THREADS];
-  __shared__ int alpha[2][WG_THREADS];
-  __shared__ int sums[2][WG_THREADS];
-  __shared__ unsigned long long full[2];
   const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
   const int other = (i + 32) % WG_THREADS;
   const unsigned full0 = (unsigned)__cvta_generic_to_shared(full);
@@ -134,6 +140,10 @@ __device__ void handoff_mbar(int* out) {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (wg == 2 && NAMED == 2) {
+    out[threadIdx.x] = 0;
+    return;
+  }
   if (wg == 2) {
     for (int t = 0; t < 2; ++t) {
       const unsigned dst = (unsigned)__cvta_generic_to_shared(&tile[t][i]);
@@ -150,6 +160,7 @@ __device__ void handoff_mbar(int* out) {
     return;
   }
   auto landed = [&](int t) {
+    if (NAMED == 2) return;
     if (NAMED) {
       if (t) asm volatile("bar.sync 8, 256;\n" ::: "memory");
       else asm volatile("bar.sync 7, 256;\n" ::: "memory");
@@ -158,19 +169,26 @@ __device__ void handoff_mbar(int* out) {
                    ::"r"(full0 + 8 * t) : "memory");
     }
   };
+  auto fence = [] { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); };
   int bad = 0;
   if (wg == 0) {
     landed(0);
+    if (FENCE == 2) fence();
     alpha[0][i] = 1000 + i;
-    asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 3, 256;\n" ::: "memory");
-    asm volatile("bar.sync 4, 256;\nfence.proxy.async.shared::cta;\n" ::: "memory");  // the tail: tile 1 is the other's
+    if (FENCE == 1) fence();
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");  // the tail: tile 1 is the other's
+    if (FENCE) fence();
     bad += alpha[1][other] != 2000 + other;
   } else {
-    asm volatile("bar.sync 3, 256;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+    if (FENCE) fence();
     bad += alpha[0][other] != 1000 + other;
     landed(1);
+    if (FENCE == 2) fence();
     alpha[1][i] = 2000 + i;
-    asm volatile("fence.proxy.async.shared::cta;\nbar.arrive 4, 256;\n" ::: "memory");
+    if (FENCE == 1) fence();
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
   }
   sums[wg][i] = wg + 1;
   asm volatile("bar.sync 5, 256;\n" ::: "memory");
@@ -265,6 +283,11 @@ __global__ void handoff(int* out, int mode, int id) {
     if (mode == 15) handoff_mbar<0, false>(out);
     if (mode == 16) handoff_mbar<0, true>(out);
     if (mode == 17) handoff_mbar<1, false>(out);
+    if (mode == 18) handoff_mbar<1, false, 0>(out);
+    if (mode == 19) handoff_mbar<1, false, 2>(out);
+    if (mode == 20) handoff_mbar<0, false, 2>(out);
+    if (mode == 21) handoff_mbar<2, false, 1>(out);
+    if (mode == 22) handoff_mbar<2, false, 0>(out);
     return;
   }
   if (mode >= 9) {
@@ -329,9 +352,10 @@ int main(int argc, char** argv) {
   const char* modes[] = {"sync",   "arrive",       "arrive_reg", "pingpong", "pingpong_sync", "sync_partial",
                          "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
                          "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader", "seesaw_mbar", "seesaw_mbar_stay",
-                         "seesaw_named"};
+                         "seesaw_named", "seesaw_named_nofence", "seesaw_named_fence_first", "seesaw_mbar_fence_first",
+                         "seesaw_bare", "seesaw_bare_nofence"};
   int mode = -1;
-  for (int i = 0; i < 18; ++i)
+  for (int i = 0; i < 23; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

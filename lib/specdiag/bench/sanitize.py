@@ -53,6 +53,11 @@ PROBE_MODES = (
     "seesaw_mbar",
     "seesaw_mbar_stay",
     "seesaw_named",
+    "seesaw_named_nofence",
+    "seesaw_named_fence_first",
+    "seesaw_mbar_fence_first",
+    "seesaw_bare",
+    "seesaw_bare_nofence",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
 SYNC_PROBE_MODES = (
