@@ -197,6 +197,36 @@ __device__ void handoff_mbar(int* out) {
   out[threadIdx.x] = bad;
 }
 
+// bare_plain, bare_ids12, bare_sync0, bare_2wg: seesaw_bare_nofence's hand-offs alone, without the
+// mbarrier set-up (barriers B, B + 1, then the swap on B + 2), with B = 3 or 1, with or without a
+// __syncthreads first; bare_2wg launches the two math warpgroups only
+template <bool SYNC0, int B>
+__device__ void handoff_bare(int* out) {
+  const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
+  const int other = (i + 32) % WG_THREADS;
+  if (SYNC0) __syncthreads();
+  if (wg == 2) {
+    out[threadIdx.x] = 0;
+    return;
+  }
+  int bad = 0;
+  if (wg == 0) {
+    alpha[0][i] = 1000 + i;
+    asm volatile("bar.arrive %0, 256;\n" ::"n"(B) : "memory");
+    asm volatile("bar.sync %0, 256;\n" ::"n"(B + 1) : "memory");
+    bad += alpha[1][other] != 2000 + other;
+  } else {
+    asm volatile("bar.sync %0, 256;\n" ::"n"(B) : "memory");
+    bad += alpha[0][other] != 1000 + other;
+    alpha[1][i] = 2000 + i;
+    asm volatile("bar.arrive %0, 256;\n" ::"n"(B + 1) : "memory");
+  }
+  sums[wg][i] = wg + 1;
+  asm volatile("bar.sync %0, 256;\n" ::"n"(B + 2) : "memory");
+  bad += sums[wg ^ 1][other] != (wg ^ 1) + 1;
+  out[threadIdx.x] = bad;
+}
+
 // red_or_wg_split, red_or_wg_unaligned: each warpgroup's vote its own instruction (warpgroup 1 tests
 // its vote with setp.eq, 0 with setp.ne: texts that differ, so nvcc cannot merge the two into one)
 template <bool ALIGNED>
@@ -288,6 +318,9 @@ __global__ void handoff(int* out, int mode, int id) {
     if (mode == 20) handoff_mbar<0, false, 2>(out);
     if (mode == 21) handoff_mbar<2, false, 1>(out);
     if (mode == 22) handoff_mbar<2, false, 0>(out);
+    if (mode == 23 || mode == 26) handoff_bare<false, 3>(out);
+    if (mode == 24) handoff_bare<false, 1>(out);
+    if (mode == 25) handoff_bare<true, 3>(out);
     return;
   }
   if (mode >= 9) {
@@ -353,15 +386,15 @@ int main(int argc, char** argv) {
                          "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
                          "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader", "seesaw_mbar", "seesaw_mbar_stay",
                          "seesaw_named", "seesaw_named_nofence", "seesaw_named_fence_first", "seesaw_mbar_fence_first",
-                         "seesaw_bare", "seesaw_bare_nofence"};
+                         "seesaw_bare", "seesaw_bare_nofence", "bare_plain", "bare_ids12", "bare_sync0", "bare_2wg"};
   int mode = -1;
-  for (int i = 0; i < 23; ++i)
+  for (int i = 0; i < 27; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);
     return 2;
   }
-  const int threads = mode >= 8 ? 3 * WG_THREADS : mode == 5 || mode == 7 ? 96 : 64;
+  const int threads = mode == 26 ? 2 * WG_THREADS : mode >= 8 ? 3 * WG_THREADS : mode == 5 || mode == 7 ? 96 : 64;
   const int written = mode >= 8 ? threads : 64;  // the modes of warps write two warps' worth
   int* out;
   cudaMalloc(&out, 384 * sizeof(int));

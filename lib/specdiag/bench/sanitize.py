@@ -58,6 +58,10 @@ PROBE_MODES = (
     "seesaw_mbar_fence_first",
     "seesaw_bare",
     "seesaw_bare_nofence",
+    "bare_plain",
+    "bare_ids12",
+    "bare_sync0",
+    "bare_2wg",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
 SYNC_PROBE_MODES = (
