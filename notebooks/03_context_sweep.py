@@ -129,7 +129,7 @@ from specdiag.attention.peers import sglang_runs_here
 peers_doc = data.measure_or_load(
     measure, peers_file, run_peers, available=sglang_runs_here, needs="a CUDA GPU and the sglang wheel"
 )
-pdf = analysis.add_roofline(data.sweep_frame(peers_doc), peers_doc["ceilings"])
+pdf = analysis.peers_frame(peers_doc)  # "native": what impl="auto" runs now
 real = pdf[(pdf.heads == heads) & (pdf.nodes == nodes)].pivot_table(index="context", columns="impl", values="ms")
 real["sglang x61 (s)"] = real["sglang"] * analysis.LAYERS / 1e3
 real["sglang / our imitation"] = real["sglang"] / real["triton"]

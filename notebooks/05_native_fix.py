@@ -19,12 +19,13 @@
 # SMs**, runs the tree block under the ancestor mask, and **merges the partials by log-sum-exp**.
 # All `nodes x heads` query rows of a request share one pass over the keys on the tensor cores.
 #
-# Three kernel sources, one contract, loaded through pycuda inside PyTorch's context
+# Four kernel sources, one contract, loaded through pycuda inside PyTorch's context
 # (`specdiag.attention.registry` lists them; `impl="auto"` picks one by GPU and shape):
-# `kernels/tree_verify_seesaw.cu` is the Hopper kernel, `kernels/tree_verify_mma.cu` the portable
-# one (sm_80 and up, in three tile sizes so that it fits each GPU's shared memory),
-# `kernels/tree_verify_wgmma.cu` a Hopper kernel with a lower fixed cost for short prefixes;
-# `kernels/tree_verify_merge.cu` merges. How each version got here: `docs/kernel_notes.md`.
+# `kernels/tree_verify_seesaw.cu` is the Hopper kernel, `kernels/tree_verify_wide.cu` the Hopper
+# kernel for requests of 65-72 query rows at long prefixes (the deployment's 8 heads x 9 nodes: one
+# CTA reads each key once), `kernels/tree_verify_mma.cu` the portable one (sm_80 and up, in three
+# tile sizes so that it fits each GPU's shared memory), `kernels/tree_verify_wgmma.cu` a Hopper
+# kernel with a lower fixed cost for short prefixes; `kernels/tree_verify_merge.cu` merges. How each version got here: `docs/kernel_notes.md`.
 
 # %% tags=["parameters"]
 smoke = False
@@ -34,6 +35,7 @@ check_files = {
     "mma": "native_check_h200.json",
     "wgmma": "native_check_wgmma_h200.json",
     "wgmma_seesaw": "native_check_wgmma_seesaw_h200.json",
+    "wgmma_wide": "native_check_wgmma_wide_h200.json",
     "mma_small": "native_check_mma_small_h200.json",
 }
 ablation_file = "native_ablation_h200.json"
@@ -105,7 +107,9 @@ print(
 #
 # On Hopper the seesaw kernel runs three warpgroups per CTA: one issues every tile load, two take
 # the 64-key tiles in turn, each computing its tile's scores and softmax while the other's P V
-# runs on the tensor cores. Each kernel's launch shape, from the registry:
+# runs on the tensor cores. The wide kernel takes all 72 query rows of an 8-head, 9-node request in
+# one CTA (keys in the wgmma's M, query rows in its N), where the 64-row kernels need two CTAs that
+# each read every key. Each kernel's launch shape, from the registry:
 
 # %%
 pd.DataFrame(
@@ -202,7 +206,9 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 #   (a dozen small torch calls: where FlashMLA itself is fast, their launch costs dominate);
 # * `flashmla_sparse`: FlashMLA's SM90 sparse prefill, which gathers single tokens: the whole
 #   verify at page size 1 through it, for 64 or 128 heads (shown where the recording has it);
-# * `native`: ours, `impl="auto"`, page size 1 as DDTree forces it; `native_ps64` at page size 64.
+# * `native`: ours, what `impl="auto"` runs now, page size 1 as DDTree forces it (where `auto` has
+#   since changed its pick, that kernel's own rows of the same run, `native:KERNEL`:
+#   `analysis.peers_frame`); `native_ps64`: `auto` at page size 64 as it ran when recorded.
 #
 # The kernel's targets beside them, and where the recording stands:
 
@@ -218,7 +224,7 @@ def run_peers():
 
 
 peers_doc = data.measure_or_load(measure, peers_file, run_peers)
-pdf = analysis.add_roofline(data.sweep_frame(peers_doc), peers_doc["ceilings"])
+pdf = analysis.peers_frame(peers_doc)  # "native": what impl="auto" runs now
 ptab = analysis.peer_table(pdf)
 pctx = ctx if ctx in set(ptab.context) else int(ptab.context.max())
 dep = ptab[(ptab.context == pctx) & (ptab.heads == heads) & (ptab.nodes == nodes)].iloc[0]

@@ -41,7 +41,7 @@ rest_floor_ms = 0.0  # assumed least non-attention time per step (MoE, dense lay
 # %%
 import pandas as pd
 
-from specdiag import data, machine, postmortem
+from specdiag import analysis, data, machine, postmortem
 
 
 def run_engine():
@@ -124,7 +124,7 @@ one.round(2)
 # the longest context attention is the whole step.
 
 # %%
-pdf = data.sweep_frame(peers_doc)
+pdf = analysis.peers_frame(peers_doc)
 shape = pdf[(pdf.heads == heads) & (pdf.nodes == nodes)]
 per_layer = {impl: dict(zip(g.context, g.ms)) for impl, g in shape.groupby("impl")}
 split1, k1 = postmortem.split_steps(per_layer["sglang"], rest_floor_ms=rest_floor_ms)

@@ -174,14 +174,14 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
         analysis.with_auto(lacking)
 
 
-def test_recorded_sweep_auto_uses_the_seesaw_kernel_for_the_incident_shape():
+def test_recorded_sweep_auto_uses_the_wide_kernel_for_the_incident_shape():
     from specdiag import data
 
     doc = data.load_json("context_sweep_h200.json")
     df = analysis.with_auto(analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"]))
     row = df[(df.impl == "native_auto") & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0]
-    assert row.kernel == "wgmma_seesaw"
-    for other in ("native_wgmma", "native"):  # the other kernels at that shape
+    assert row.kernel == "wgmma_wide"
+    for other in ("native_wgmma", "native_seesaw", "native"):  # the other kernels at that shape
         assert (
             row.ms < df[(df.impl == other) & (df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].iloc[0].ms
         ), other
@@ -230,3 +230,38 @@ def test_peer_table_sets_ours_against_each_peer_it_holds():
     assert t.loc[64, "native / flashmla"] == 1.25 and t.loc[64, "native / flashmla_sparse"] == 0.8
     assert t.loc[8, "native / flashmla_sparse"] != t.loc[8, "native / flashmla_sparse"]  # not measured: NaN
     assert t.loc[8, "native / floor"] == 2.0 and t.loc[64, "rows"] == 576
+
+
+def test_peers_native_rows_are_what_auto_runs_now():
+    import pandas as pd
+
+    base = dict(heads=8, nodes=9, page_size=1)
+    rows = [
+        dict(impl="native", context=185000, ms=1.10, kernel="wgmma_seesaw", splits=66, **base),
+        dict(impl="native:wgmma_wide", context=185000, ms=1.02, kernel="wgmma_wide", splits=127, **base),
+        dict(impl="native", context=32768, ms=0.40, kernel="wgmma_seesaw", splits=66, **base),
+        dict(impl="native:wgmma_wide", context=32768, ms=0.45, kernel="wgmma_wide", splits=64, **base),
+        dict(impl="flashmla", context=185000, ms=1.00, **base),
+    ]
+    df = pd.DataFrame(rows)
+    out = analysis.native_as_auto_now(df).set_index(["impl", "context"])
+    assert out.loc[("native", 185000), ["ms", "kernel", "splits", "measured_as"]].tolist() == [
+        1.02,
+        "wgmma_wide",
+        127,
+        "native:wgmma_wide",
+    ]  # auto picks the wide kernel at 72 rows from 128k: its own row of the run
+    assert out.loc[("native", 32768), ["ms", "measured_as"]].tolist() == [0.40, "native"]  # as recorded
+    assert out.loc[("flashmla", 185000), "ms"] == 1.00 and len(out) == len(df)
+    assert analysis.native_as_auto_now(df, capability="12.0").equals(df)  # another GPU's recording
+    with pytest.raises(ValueError, match=r"lacks .*native:wgmma_wide at 185000 x 8 heads x 9 nodes$"):
+        analysis.native_as_auto_now(df[df.impl != "native:wgmma_wide"])
+
+
+def test_recorded_peers_give_the_wide_kernel_at_the_deployments_shape():
+    doc = data.load_json("peers_h200.json")
+    df = analysis.peers_frame(doc)
+    at = df[(df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].set_index("impl")
+    assert at.loc["native", "kernel"] == "wgmma_wide" and at.loc["native", "ms"] == at.loc["native:wgmma_wide", "ms"]
+    raw = data.sweep_frame(doc)  # what auto ran when recorded, kept in the file
+    assert set(raw[raw.impl == "native"].kernel) >= {"wgmma_seesaw"}

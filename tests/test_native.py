@@ -395,10 +395,16 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
     with pytest.raises(ValueError, match="no native kernel fits 65536 bytes"):
         auto_kernel((7, 5), smem_per_block=65536)
     # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k, for
-    # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below
+    # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below; wgmma_wide for 65-72
+    # rows from 128k
     for rows, prefix, want in [
         (72, 32767, "wgmma"),
         (72, 32768, "wgmma_seesaw"),
+        (72, 131071, "wgmma_seesaw"),
+        (72, 131072, "wgmma_wide"),
+        (65, 185000, "wgmma_wide"),
+        (64, 185000, "wgmma_seesaw"),
+        (73, 185000, "wgmma_seesaw"),
         (80, 185000, "wgmma_seesaw"),
         (40, 65535, "wgmma"),
         (40, 65536, "wgmma_seesaw"),
@@ -421,7 +427,7 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
         return lambda device=None: SimpleNamespace(major=major, minor=minor, shared_memory_per_block_optin=smem)
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", props(9, 0, 232448))
-    assert resolve_impl("auto", None, max_prefix=185000, rows=72) == "wgmma_seesaw"
+    assert resolve_impl("auto", None, max_prefix=185000, rows=72) == "wgmma_wide"
     monkeypatch.setattr(torch.cuda, "get_device_properties", props(12, 0, 101376))
     assert resolve_impl("auto", None, max_prefix=185000, rows=72) == "mma_small"
     assert resolve_impl("mma") == "mma" and resolve_impl("wgmma") == "wgmma"

@@ -56,7 +56,7 @@ def test_timeline_explorer_shows_one_phase():
 
 def test_context_explorer_interpolates_between_measured_contexts():
     doc = data.load_json("peers_h200.json")
-    df = data.sweep_frame(doc)
+    df = analysis.peers_frame(doc)
     ex = widgets.context_explorer(df, doc["ceilings"], reported=analysis.INCIDENT["step_ms"])
     _, (fig, text) = _drive(ex, context=65536, heads=8, nodes=9)
     bars = _bars(fig)
@@ -75,7 +75,7 @@ def test_context_explorer_interpolates_between_measured_contexts():
 
 def test_shape_explorer_shows_each_peer_at_the_chosen_shape():
     doc = data.load_json("peers_h200.json")
-    table = analysis.peer_table(analysis.add_roofline(data.sweep_frame(doc), doc["ceilings"]))
+    table = analysis.peer_table(analysis.peers_frame(doc))
     ex = widgets.shape_explorer(table, source=data.provenance(doc))
     _, (fig, text) = _drive(ex, context=65536, heads=64, nodes=65)
     assert fig.axes[0].get_title().endswith(f"({data.provenance(doc)})")

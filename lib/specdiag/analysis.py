@@ -14,6 +14,8 @@ __all__ = [
     "speedup_table",
     "speedup_range",
     "with_auto",
+    "native_as_auto_now",
+    "peers_frame",
     "PEER_TARGETS",
     "peer_table",
     "peer_targets",
@@ -110,6 +112,49 @@ def with_auto(df, name: str = "native_auto"):
     return pd.concat([df, pd.DataFrame(picks)], ignore_index=True)
 
 
+def native_as_auto_now(df, capability: str | None = "9.0"):
+    """A peers recording's rows (``data.sweep_frame``) with its ``native`` rows, ``impl="auto"`` as
+    it picked when the run was recorded, replaced at each shape where ``registry.hopper_auto`` now
+    picks another kernel by that kernel's own rows of the same run (``native:KERNEL``, measured beside
+    them); a shape lacking those is an error. Recordings of other GPUs (``capability``, the
+    machine's) are returned as they are. Column ``measured_as``: the rows each ``native`` row is."""
+    df = df.copy()
+    if "native" not in set(df.impl) or capability != "9.0":
+        return df
+    native = df.impl == "native"
+    df.loc[native, "measured_as"] = "native"
+    missing = []
+    for i in df.index[native]:
+        r = df.loc[i]
+        kernel = hopper_auto(int(r.heads * r.nodes), int(r.context))
+        if r.get("kernel") == kernel:
+            continue
+        same = (df.context == r.context) & (df.heads == r.heads) & (df.nodes == r.nodes)
+        src = df[same & (df.impl == f"native:{kernel}")]
+        if src.empty:
+            missing.append(f"native:{kernel} at {r.context} x {r.heads} heads x {r.nodes} nodes")
+            continue
+        for col in ("ms", "kernel", "splits", "tb_s", "tflop_s"):
+            if col in src:
+                df.at[i, col] = src[col].iloc[0]
+        df.at[i, "measured_as"] = f"native:{kernel}"
+    if missing:
+        raise ValueError(
+            f"the peers recording lacks the kernel impl='auto' picks now: {', '.join(missing[:3])}"
+            + (f" and {len(missing) - 3} more shapes" if len(missing) > 3 else "")
+        )
+    return df
+
+
+def peers_frame(doc: dict, layers: int = LAYERS):
+    """A peers recording as rows with ``add_roofline``'s columns, ``native`` being what
+    ``impl="auto"`` runs now (``native_as_auto_now``)."""
+    from .data import sweep_frame
+
+    cap = doc.get("machine", {}).get("capability", "9.0")
+    return add_roofline(native_as_auto_now(sweep_frame(doc), cap), doc["ceilings"], layers)
+
+
 # The kernel's targets beside the real peers (data/peers_h200.json), measured in one run:
 # our whole verify <= FlashMLA's prefix call from 32k; the deployment's shape <= 65 us; at >= 2000
 # query rows <= 1.1x the floor.
@@ -185,10 +230,10 @@ def peer_targets(table, targets: dict = PEER_TARGETS) -> list[dict]:
 def results_markdown(peers_doc: dict, shape=PEER_TARGETS["deployment"], layers: int = LAYERS) -> str:
     """The README's results table at the deployment's shape, from a peers recording and the
     postmortem's reported step (tests/test_readme.py keeps the README equal to it)."""
-    from .data import provenance, sweep_frame
+    from .data import provenance
 
     ctx, h, n = shape
-    df = add_roofline(sweep_frame(peers_doc), peers_doc["ceilings"], layers)
+    df = peers_frame(peers_doc, layers)
     at = df[(df.context == ctx) & (df.heads == h) & (df.nodes == n)].set_index("impl")
     fix = at.loc["native", "ms"]
 
