@@ -25,7 +25,8 @@
 # kernel for requests of 65-72 query rows at long prefixes (the deployment's 8 heads x 9 nodes: one
 # CTA reads each key once), `kernels/tree_verify_mma.cu` the portable one (sm_80 and up, in three
 # tile sizes so that it fits each GPU's shared memory), `kernels/tree_verify_wgmma.cu` a Hopper
-# kernel with a lower fixed cost for short prefixes; `kernels/tree_verify_merge.cu` merges. How each version got here: `docs/kernel_notes.md`.
+# kernel with a lower fixed cost for short prefixes; `kernels/tree_verify_merge.cu` merges. How
+# each version got here: `docs/kernel_notes.md`.
 
 # %% tags=["parameters"]
 smoke = False

@@ -42,7 +42,9 @@
 //   seesaw_named_nofence, seesaw_named_fence_first, seesaw_mbar_fence_first: those with the
 //     async-proxy fences left out, or issued before the row factors are written instead of between
 //     the write and the arrive; seesaw_bare, seesaw_bare_nofence: the row-factor hand-offs and the
-//     swap alone (no tiles, no loader work), with and without the fences.
+//     swap alone (no tiles, no loader work), with and without the fences. bare_plain, bare_ids12,
+//     bare_sync0, bare_2wg: seesaw_bare_nofence without the mbarrier set-up, by barrier ids and
+//     block shape (at handoff_bare).
 // Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
 // by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
 // leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
