@@ -44,7 +44,8 @@
 //     the write and the arrive; seesaw_bare, seesaw_bare_nofence: the row-factor hand-offs and the
 //     swap alone (no tiles, no loader work), with and without the fences. bare_plain, bare_ids12,
 //     bare_sync0, bare_2wg: seesaw_bare_nofence without the mbarrier set-up, by barrier ids and
-//     block shape (at handoff_bare).
+//     block shape (at handoff_bare). seesaw_wg_2: seesaw_wg's loop with two rounds, the same
+//     exchange as bare_plain's.
 // Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
 // by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
 // leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
@@ -57,7 +58,9 @@ constexpr int ROUNDS = 6;
 
 constexpr int WG_THREADS = 128;
 
-// seesaw_wg (see the header): warpgroups 0 and 1 take rounds in turn
+// seesaw_wg (see the header): warpgroups 0 and 1 take rounds in turn; seesaw_wg_2: R = 2 rounds,
+// bare_plain's exchange in this loop's form
+template <int R = ROUNDS>
 __device__ void handoff_wg(int* out) {
   __shared__ int rows[2][WG_THREADS];
   __shared__ int sums[2][WG_THREADS];
@@ -68,7 +71,7 @@ __device__ void handoff_wg(int* out) {
     return;
   }
   int sum = 0;
-  for (int r = 0; r < ROUNDS; ++r) {
+  for (int r = 0; r < R; ++r) {
     if (r % 2 == wg) {
       rows[r % 2][i] = r * 1000 + i;
       if (r % 2)
@@ -307,6 +310,10 @@ __global__ void handoff(int* out, int mode, int id) {
     handoff_wg(out);
     return;
   }
+  if (mode == 27) {
+    handoff_wg<2>(out);
+    return;
+  }
   if (mode == 14) {
     handoff_wg_loader(out);
     return;
@@ -388,9 +395,10 @@ int main(int argc, char** argv) {
                          "pingpong_then_sync", "seesaw", "seesaw_wg", "red_or_wg", "red_or_wg_split", "red_or_wg_unaligned",
                          "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader", "seesaw_mbar", "seesaw_mbar_stay",
                          "seesaw_named", "seesaw_named_nofence", "seesaw_named_fence_first", "seesaw_mbar_fence_first",
-                         "seesaw_bare", "seesaw_bare_nofence", "bare_plain", "bare_ids12", "bare_sync0", "bare_2wg"};
+                         "seesaw_bare", "seesaw_bare_nofence", "bare_plain", "bare_ids12", "bare_sync0", "bare_2wg",
+                         "seesaw_wg_2"};
   int mode = -1;
-  for (int i = 0; i < 27; ++i)
+  for (int i = 0; i < 28; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

@@ -62,6 +62,7 @@ PROBE_MODES = (
     "bare_ids12",
     "bare_sync0",
     "bare_2wg",
+    "seesaw_wg_2",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
 SYNC_PROBE_MODES = (
