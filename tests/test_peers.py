@@ -203,3 +203,40 @@ def test_bench_peers_records_sglang_only_when_it_ran(asked, tmp_path, monkeypatc
         ["flashmla"] if "flashmla" in asked else []
     )
     assert rec["missing"] == ({"sglang": "no wheel here"} if "sglang" in asked else {})
+
+
+@pytest.mark.parametrize("mode", ["peers", "sweep"])
+def test_a_cut_off_run_keeps_its_contexts_and_says_it_was_cut_off(monkeypatch, tmp_path, mode):
+    """The CLI saves after each context: a run stopped in its second context leaves the first
+    context's rows in a recording marked partial, which provenance reports; a whole run is unmarked."""
+    import json
+
+    import specdiag.bench.__main__ as bench
+    import specdiag.bench.peers as bench_peers
+    from specdiag import data
+    from specdiag.bench import timing
+
+    def rows_for(contexts):
+        if 65536 in contexts and stop["now"]:
+            raise KeyboardInterrupt  # the run cut off in its second context
+        return [dict(impl="native", context=c, heads=8, nodes=9, page_size=1, ms=1.0) for c in contexts]
+
+    stop = {"now": True}
+    monkeypatch.setattr(bench, "gpu_available", lambda: True)
+    monkeypatch.setattr(bench_peers, "peer_sweep", lambda contexts, **k: (rows_for(contexts), {}))
+    monkeypatch.setattr(timing, "context_sweep", lambda contexts, **k: rows_for(contexts))
+    monkeypatch.setattr(timing, "measure_ceilings", lambda *a, **k: {"copy_tb_s": 1.0})
+    out = tmp_path / "r.json"
+    args = [mode, "--heads", "8", "--trees", "9", "--contexts", "32768,65536", "--out", str(out)]
+    args += ["--peers", "native"] if mode == "peers" else ["--impls", "native"]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(args)
+    rec = json.loads(out.read_text())
+    assert [r["context"] for r in rec["rows"]] == [32768]
+    assert rec["partial"] == {"contexts_done": [32768], "contexts": [32768, 65536]}
+    assert data.provenance(rec).endswith(", cut off after 1 of 2 contexts")
+    stop["now"] = False
+    assert bench.main(args) == 0
+    rec = json.loads(out.read_text())
+    assert [r["context"] for r in rec["rows"]] == [32768, 65536] and "partial" not in rec
+    assert "cut off" not in data.provenance(rec)

@@ -80,6 +80,9 @@ def measure_or_load(
         f"not measured here (that needs {needs}, or measure='never' "
         f"was asked): the recording data/{recorded}, made on: {where}"
     )
+    if doc.get("partial"):
+        done, of = doc["partial"]["contexts_done"], doc["partial"]["contexts"]
+        print(f"  that recording was cut off: {len(done)} of {len(of)} contexts ({', '.join(map(str, done))})")
     return doc
 
 
@@ -88,7 +91,9 @@ def provenance(doc: dict) -> str:
     m = doc.get("machine", {})
     when = (m.get("recorded_utc") or doc.get("recorded_utc") or "date unknown")[:10]
     how = "measured now" if doc.get("source") == "measured" else "recorded"
-    return f"{how} on {m.get('gpu', 'an unknown machine')}, {when}"
+    part = doc.get("partial")
+    cut = f", cut off after {len(part['contexts_done'])} of {len(part['contexts'])} contexts" if part else ""
+    return f"{how} on {m.get('gpu', 'an unknown machine')}, {when}{cut}"
 
 
 def sweep_frame(doc: dict):

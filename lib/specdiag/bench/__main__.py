@@ -217,33 +217,54 @@ def main(argv=None) -> int:
         from .peers import PEER_CONTEXTS, PEER_IMPLS, peer_sweep
 
         impls = tuple(a.peers.split(",")) if a.peers else tuple(PEER_IMPLS)
-        rows, missing = peer_sweep(
-            contexts=ints(a.contexts, PEER_CONTEXTS), shapes=shapes, impls=impls, rep_ms=a.rep_ms
-        )
-        meta = {"missing": missing}
-        if "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
-            meta["sglang"] = sglang_provenance()
+        meta = {}
         try:
             import flash_mla
 
             meta["flash_mla"] = flash_mla.__version__
         except ImportError:
             pass
-        save(a.out, "peers", {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, **meta, "rows": rows})
+
+        def run_peers(ctx):
+            rows, missing = peer_sweep(contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms)
+            extra = {"missing": missing}
+            if "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
+                extra["sglang"] = sglang_provenance()
+            return rows, extra
+
+        head = {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, **meta}
+        by_context(a.out, "peers", ints(a.contexts, PEER_CONTEXTS), run_peers, head)
         return 0
     if a.mode == "ceilings":
         save(a.out, "ceilings", {"ceilings": ceilings})
         return 0
     contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else timing.SWEEP_CONTEXTS)
-    rows = timing.context_sweep(
-        contexts=contexts,
-        heads=ints(a.heads, timing.SWEEP_HEADS),
-        trees=ints(a.trees, timing.SWEEP_TREES),
-        impls=tuple(a.impls.split(",")),
-        rep_ms=a.rep_ms,
-    )
-    save(a.out, "context_sweep", {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE, "rows": rows})
+
+    def run_sweep(ctx):
+        heads, trees = ints(a.heads, timing.SWEEP_HEADS), ints(a.trees, timing.SWEEP_TREES)
+        rows = timing.context_sweep(
+            contexts=(ctx,), heads=heads, trees=trees, impls=tuple(a.impls.split(",")), rep_ms=a.rep_ms
+        )
+        return rows, {}
+
+    head = {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE}
+    by_context(a.out, "context_sweep", contexts, run_sweep, head)
     return 0
+
+
+def by_context(out: str, kind: str, contexts, run, head: dict) -> None:
+    """``run(context) -> (rows, extra)`` context by context, the recording saved after each, marked
+    ``partial`` (the contexts done, of which) until the last is in: a run cut off keeps what it
+    measured, and says so."""
+    rows, extra = [], {}
+    for i, ctx in enumerate(contexts):
+        got, more = run(ctx)
+        rows += got
+        extra.update(more)
+        done = list(contexts[: i + 1])
+        partial = {} if i + 1 == len(contexts) else {"partial": {"contexts_done": done, "contexts": list(contexts)}}
+        save(out, kind, {**head, **extra, **partial, "rows": rows})
+        print(f"saved {out}: {len(done)} of {len(contexts)} contexts", flush=True)
 
 
 if __name__ == "__main__":
