@@ -256,9 +256,12 @@ shapes.widget()
 # %% [markdown]
 # The fix is two orders of magnitude faster than the kernel the deployment ran, but it is not
 # yet at FlashMLA's level: FlashMLA's prefix call alone, with no tree block, is faster than our
-# whole verify at almost every shape from 32k. At the deployment's shape both read the KV about
-# twice, because its 72 query rows span two 64-row CTAs; the 65 us target needs all of them in
-# one CTA. At >= 2000 rows FlashMLA comes closer to the floor than we do.
+# whole verify at almost every shape from 32k. At the deployment's shape FlashMLA reads the KV
+# twice (72 query rows span two of its 64-row CTAs); `auto` now runs the wide kernel there, which
+# takes all 72 in one CTA and reads it once, yet takes about as long as FlashMLA's prefix call: the
+# 65 us target needs more than the bytes halved. At >= 2000 rows FlashMLA comes closer to the floor
+# than we do, and our page-size-64 build (`native_ps64`) is no faster than page size 1 there: that
+# gap is in the kernel's pipeline, not in the page-size-1 gather.
 
 # %% [markdown]
 # ## 6. On the deployment's GPUs
