@@ -45,7 +45,7 @@
 //     swap alone (no tiles, no loader work), with and without the fences. bare_plain, bare_ids12,
 //     bare_sync0, bare_2wg: seesaw_bare_nofence without the mbarrier set-up, by barrier ids and
 //     block shape (at handoff_bare). seesaw_wg_2: seesaw_wg's loop with two rounds, the same
-//     exchange as bare_plain's.
+//     exchange as bare_plain's. bare_swapped: bare_plain with the warpgroups' roles swapped.
 // Every mode prints 0 wrong outside the tools. All but red_or_wg_split and flag_wg_split are ordered
 // by the PTX memory model; those two wait on one .aligned barrier from two instructions, which PTX
 // leaves undefined (synccheck flags them; flag_wg_split printed wrong values under it).
@@ -204,10 +204,12 @@ __device__ void handoff_mbar(int* out) {
 
 // bare_plain, bare_ids12, bare_sync0, bare_2wg: seesaw_bare_nofence's hand-offs alone, without the
 // mbarrier set-up (barriers B, B + 1, then the swap on B + 2), with B = 3 or 1, with or without a
-// __syncthreads first; bare_2wg launches the two math warpgroups only
-template <bool SYNC0, int B>
+// __syncthreads first; bare_2wg launches the two math warpgroups only; bare_swapped: warpgroup 1
+// hands over first (FIRST = 1), so that the second hand-off goes from warpgroup 0 to 1
+template <bool SYNC0, int B, int FIRST = 0>
 __device__ void handoff_bare(int* out) {
-  const int wg = threadIdx.x / WG_THREADS, i = threadIdx.x % WG_THREADS;
+  const int wg = (threadIdx.x / WG_THREADS) ^ (threadIdx.x < 2 * WG_THREADS ? FIRST : 0);
+  const int i = threadIdx.x % WG_THREADS;
   const int other = (i + 32) % WG_THREADS;
   if (SYNC0) __syncthreads();
   if (wg == 2) {
@@ -330,6 +332,7 @@ __global__ void handoff(int* out, int mode, int id) {
     if (mode == 23 || mode == 26) handoff_bare<false, 3>(out);
     if (mode == 24) handoff_bare<false, 1>(out);
     if (mode == 25) handoff_bare<true, 3>(out);
+    if (mode == 28) handoff_bare<false, 3, 1>(out);
     return;
   }
   if (mode >= 9) {
@@ -396,9 +399,9 @@ int main(int argc, char** argv) {
                          "flag_wg_split", "flag_wg_arrive", "seesaw_wg_loader", "seesaw_mbar", "seesaw_mbar_stay",
                          "seesaw_named", "seesaw_named_nofence", "seesaw_named_fence_first", "seesaw_mbar_fence_first",
                          "seesaw_bare", "seesaw_bare_nofence", "bare_plain", "bare_ids12", "bare_sync0", "bare_2wg",
-                         "seesaw_wg_2"};
+                         "seesaw_wg_2", "bare_swapped"};
   int mode = -1;
-  for (int i = 0; i < 28; ++i)
+  for (int i = 0; i < 29; ++i)
     if (!strcmp(name, modes[i])) mode = i;
   if (mode < 0) {
     fprintf(stderr, "unknown mode %s\n", name);

@@ -63,6 +63,7 @@ PROBE_MODES = (
     "bare_sync0",
     "bare_2wg",
     "seesaw_wg_2",
+    "bare_swapped",
 )
 # synccheck: named barriers as the seesaw and wide kernels use them
 SYNC_PROBE_MODES = (
