@@ -180,7 +180,7 @@ def test_bench_peers_records_sglang_only_when_it_ran(asked, tmp_path, monkeypatc
     import specdiag.bench.peers as bench_peers
     from specdiag.bench import timing
 
-    def sweep(contexts, shapes, impls, rep_ms):
+    def sweep(contexts, shapes, impls, rep_ms, progress=print):
         missing = {"sglang": "no wheel here"} if "sglang" in impls else {}
         rows = [
             dict(impl=i, context=c, heads=h, nodes=t, page_size=1, ms=1.0)
@@ -240,3 +240,22 @@ def test_a_cut_off_run_keeps_its_contexts_and_says_it_was_cut_off(monkeypatch, t
     rec = json.loads(out.read_text())
     assert [r["context"] for r in rec["rows"]] == [32768, 65536] and "partial" not in rec
     assert "cut off" not in data.provenance(rec)
+
+
+def test_bench_peers_names_a_missing_peer_once(monkeypatch, tmp_path, capsys):
+    import specdiag.bench.__main__ as bench
+    import specdiag.bench.peers as bench_peers
+    from specdiag.bench import timing
+
+    def sweep(contexts, shapes, impls, rep_ms, progress=print):
+        progress("sglang: not measured (no wheel here)")
+        return [dict(impl="native", context=c, heads=8, nodes=9, page_size=1, ms=1.0) for c in contexts], {
+            "sglang": "no wheel here"
+        }
+
+    monkeypatch.setattr(bench, "gpu_available", lambda: True)
+    monkeypatch.setattr(bench_peers, "peer_sweep", sweep)
+    monkeypatch.setattr(timing, "measure_ceilings", lambda *a, **k: {"copy_tb_s": 1.0})
+    args = ["peers", "--peers", "native,sglang", "--heads", "8", "--trees", "9", "--contexts", "4096,32768"]
+    assert bench.main([*args, "--out", str(tmp_path / "p.json")]) == 0
+    assert capsys.readouterr().out.count("sglang: not measured") == 1

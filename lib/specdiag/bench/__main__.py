@@ -225,8 +225,15 @@ def main(argv=None) -> int:
         except ImportError:
             pass
 
+        said = set()  # a missing peer is named once, not once per context
+
+        def once(line):
+            if line not in said:
+                said.add(line)
+                print(line)
+
         def run_peers(ctx):
-            rows, missing = peer_sweep(contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms)
+            rows, missing = peer_sweep(contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms, progress=once)
             extra = {"missing": missing}
             if "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
                 extra["sglang"] = sglang_provenance()
