@@ -105,10 +105,7 @@ def with_auto(df, name: str = "native_auto"):
         picks[-1]["kernel"] = kernel
         picks[-1]["impl"] = name
     if missing:
-        raise ValueError(
-            f"the recording lacks the kernel impl='auto' picks: {', '.join(missing[:3])}"
-            + (f" and {len(missing) - 3} more shapes" if len(missing) > 3 else "")
-        )
+        raise ValueError(_lacks("the recording lacks the kernel impl='auto' picks", missing))
     return pd.concat([df, pd.DataFrame(picks)], ignore_index=True)
 
 
@@ -139,11 +136,14 @@ def native_as_auto_now(df, capability: str | None = "9.0"):
                 df.at[i, col] = src[col].iloc[0]
         df.at[i, "measured_as"] = f"native:{kernel}"
     if missing:
-        raise ValueError(
-            f"the peers recording lacks the kernel impl='auto' picks now: {', '.join(missing[:3])}"
-            + (f" and {len(missing) - 3} more shapes" if len(missing) > 3 else "")
-        )
+        raise ValueError(_lacks("the peers recording lacks the kernel impl='auto' picks now", missing))
     return df
+
+
+def _lacks(what: str, missing: list[str]) -> str:
+    """One line: ``what``, the first three shapes missing, and how many more."""
+    more = f" and {len(missing) - 3} more shapes" if len(missing) > 3 else ""
+    return f"{what}: {', '.join(missing[:3])}{more}"
 
 
 def peers_frame(doc: dict, layers: int = LAYERS):

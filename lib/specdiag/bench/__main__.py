@@ -232,12 +232,13 @@ def main(argv=None) -> int:
                 said.add(line)
                 print(line)
 
+        sglang = {}  # its provenance (files hashed) once, after the first context it ran in
+
         def run_peers(ctx):
             rows, missing = peer_sweep(contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms, progress=once)
-            extra = {"missing": missing}
-            if "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
-                extra["sglang"] = sglang_provenance()
-            return rows, extra
+            if not sglang and "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
+                sglang["sglang"] = sglang_provenance()
+            return rows, {"missing": missing, **sglang}
 
         head = {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, **meta}
         by_context(a.out, "peers", ints(a.contexts, PEER_CONTEXTS), run_peers, head)
@@ -247,12 +248,10 @@ def main(argv=None) -> int:
         return 0
     contexts = ints(a.contexts, (4096, 32768, 131072) if a.quick else timing.SWEEP_CONTEXTS)
 
+    heads, trees, impls = ints(a.heads, timing.SWEEP_HEADS), ints(a.trees, timing.SWEEP_TREES), a.impls.split(",")
+
     def run_sweep(ctx):
-        heads, trees = ints(a.heads, timing.SWEEP_HEADS), ints(a.trees, timing.SWEEP_TREES)
-        rows = timing.context_sweep(
-            contexts=(ctx,), heads=heads, trees=trees, impls=tuple(a.impls.split(",")), rep_ms=a.rep_ms
-        )
-        return rows, {}
+        return timing.context_sweep(contexts=(ctx,), heads=heads, trees=trees, impls=tuple(impls), rep_ms=a.rep_ms), {}
 
     head = {"ceilings": ceilings, "layers": LAYERS, "softmax_scale": SOFTMAX_SCALE}
     by_context(a.out, "context_sweep", contexts, run_sweep, head)
