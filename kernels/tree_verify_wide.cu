@@ -28,10 +28,6 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
-#ifndef TV_WIDE_LOADER_HALVES
-#define TV_WIDE_LOADER_HALVES 0  // 1: loader warps 0-1 take the even tiles, 2-3 the odd ones (each waits only for its own landing)
-#endif
-
 namespace tvwide {
 using namespace tvg;
 using tv::D;
@@ -75,9 +71,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #define TV_WIDE_L2PF 0  // > 0: warpgroup 1 asks L2 for the prefix rows of tile j + TV_WIDE_L2PF during its P V (j)
 #endif
 static_assert(TV_WIDE_L2PF == 0 || TV_WIDE_L2PF >= 2, "the loader already holds tiles j and j + 1");
-// threads that arrive on a LANDED barrier / wait at a FREE barrier: the loader, or the half of it that loads the stage
-constexpr int LOAD_T = TV_WIDE_LOADER_HALVES ? WG / 2 : WG;
-constexpr int FREE_COUNT = 2 * WG + LOAD_T, LANDED_COUNT = WG + LOAD_T;
 #ifndef TV_WIDE_PAGES_AHEAD
 #define TV_WIDE_PAGES_AHEAD 0  // 1: the loader reads tile j + 3's page-table entries before its wait for tile j's stage
 #endif
@@ -170,54 +163,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   static_assert(PARTS == 3, "three LANDED barriers per stage");
 
   trace_kernel(wg, false);
-  if (TV_WIDE_LOADER_HALVES && wg == 2) {
-    // ------------------------------------------------ warpgroup 2 in two halves: half h loads the
-    // tiles of stage h (half 0 Q first), each waiting for its own tile's landing only
-    setmaxnreg_dec<LOAD_REGS>();
-    const int t = tid - 2 * WG, h = t / LOAD_T, th = t % LOAD_T;
-    if (h < n) {
-      constexpr int ROWS_T = BN / (LOAD_T / 8);  // 8 rows of a tile per thread
-      const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
-      int rw[ROWS_T];  // this thread's rows of the tile: their page-table entries, then their pool rows
-      if (h == 0) {
-        for (int idx = th; idx < NQ * 72; idx += LOAD_T) {  // Q (lands with tile 0's first part)
-          const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
-          cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
-        }
-        cp_async_commit();
-      }
-      for (int tile = h; tile < n; tile += 2) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-        tile_pages<BN, LOAD_T>(p, rw, w, tok0, th, b);
-        trace(2, tile, kWaitFree);
-        if (tile >= 2) bar_sync(freed(tile - 2), FREE_COUNT);  // both math warpgroups are done with tile - 2
-        trace(2, tile, kFree);
-        // (past the wait, opaque: the entries' latency hides behind it)
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, w, tok0 + load_row<LOAD_T>(th, i), (int)opaque((uint32_t)rw[i]));
-        const uint32_t dst = stage(tile);
-#pragma unroll 1
-        for (int part = 0; part < PARTS; ++part) {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) {
-            const __nv_bfloat16* src = src0 + (size_t)rw[i] * D;
-            const int bytes = tok0 + load_row<LOAD_T>(th, i) < w.kv_len ? 16 : 0;
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const int chunk = load_chunk(th, c);
-              cp_async16(dst + tile_offset(BN, load_row<LOAD_T>(th, i), chunk), src + chunk * 8, bytes);
-            }
-          }
-          cp_async_commit();
-        }
-        trace(2, tile, kIssued);
-        announce_parts<0>(landed(tile, 0), LANDED_COUNT);
-        trace(2, tile, kLanded);
-      }
-    }
-    trace_kernel(2, true);
-    return;
-  }
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
@@ -259,7 +204,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
-      auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), LANDED_COUNT); };
+      auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
       int pg0[ROWS_T];
       pages_of(0, pg0);  // (tile 0's page-table reads go out first: their latency hides behind Q's copies)
       for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
@@ -295,7 +240,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           rows_of(j + 2, rw);  // (the page-table reads ahead of the wait)
         }
         trace(2, j + 2, kWaitFree);
-        bar_sync(freed(j), FREE_COUNT);  // both math warpgroups are done with tile j: tile j + 2 goes there
+        bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);
         load_tile(j + 2, rw);
         trace(2, j + 2, kIssued);
@@ -388,7 +333,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           wgmma_wait<0>();
           trace(1, j, kPVDone);
           fence_o();
-          if (j + 2 < n) bar_arrive(freed(j), FREE_COUNT);
+          if (j + 2 < n) bar_arrive(freed(j), NT);
         }
         trace_kernel(1, kLastPV);
       } else {
@@ -421,7 +366,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           wgmma_fence();
 #pragma unroll
           for (int part = 0; part < PARTS; ++part) {
-            bar_sync(landed(tile, part), LANDED_COUNT);
+            bar_sync(landed(tile, part), 2 * WG);
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
@@ -568,7 +513,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
             wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
             fence_o();
-            if (j + 2 < n) bar_arrive(freed(j), FREE_COUNT);  // the loader puts tile j + 2 there once wg1 is done too
+            if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
             wgmma_wait<0>();
           }
           trace(0, j + 1, kQKDone);
