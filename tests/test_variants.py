@@ -127,6 +127,7 @@ def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
     assert med["pv_wait_p"] == 6410 and med["pv_issue"] == 790 and med["pv"] == 300
     assert med["load_wait_free"] == 40 and med["load_issue"] == 1860 and med["load_land"] == 2600
     assert med["load_to_part0"] == 900 + 2960 and med["period"] == 6000
+    assert med["load_reads"] == 6000 - 4500 and med["load_cycle"] == 6000 and np.isnan(iv["load_cycle"][-1])
     assert np.isnan(iv["pv_wait_p"][5]) and np.isnan(iv["period"][-1]) and np.isfinite(iv["pv"][5])
     assert [len(e) for e in WIDE_EVENTS] == [5, 4, 4]
 
@@ -464,3 +465,18 @@ def test_recorded_ncu_comparison_table():
     assert set(t.index.get_level_values("kernel")) == {"seesaw", "flashmla"}
     assert set(t.index.get_level_values("shape")) == {"32768x64x65", "185000x8x9"}
     assert t.notna().all().all() and (t.cycles > 0).all()
+
+
+def test_wide_trace_table_recomputes_the_recorded_medians():
+    """analysis.wide_trace_table computes each interval again from a recording's events: the
+    intervals the recording already had come out as recorded, and the loader's loop is its parts."""
+    from specdiag import analysis, data
+
+    doc = data.load_json("history/wide_kernel_h100_run26.json")["run2_trace"]
+    t = analysis.wide_trace_table(doc)
+    for r, (_, row) in zip(doc["runs"], t.iterrows(), strict=True):
+        for k, v in r["median_cycles"].items():
+            assert row[k] == round(v) or (np.isnan(v) and np.isnan(row[k])), (k, v, row[k])
+    d = t.xs("default", level="build").iloc[0]
+    parts = d["load_reads"] + d["load_wait_free"] + d["load_issue"] + d["load_land"]
+    assert abs(d["load_cycle"] - parts) < 0.1 * parts  # (medians of a sum and a sum of medians)

@@ -24,6 +24,7 @@ __all__ = [
     "variant_summary",
     "default_spread",
     "trace_table",
+    "wide_trace_table",
     "NCU_FIELDS",
     "ncu_table",
     "stall_table",
@@ -352,6 +353,28 @@ def trace_table(doc: dict):
             | {k: round(v) if math.isfinite(v) else v for k, v in r.get("phases", {}).items()}
         )
     return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "page_size", "build"])
+
+
+def wide_trace_table(doc: dict):
+    """A wide-kernel trace recording (``bench trace --impl wgmma_wide``): the median cycles of each
+    interval per shape and build, computed again from the recorded events (so recordings older
+    than an interval have it too), and the SM clock."""
+    import numpy as np
+    import pandas as pd
+
+    from .bench.trace import summarize, wide_intervals
+
+    rows = []
+    for r in doc["runs"]:
+        ev = np.asarray(r["events"], dtype=np.uint64)
+        build = _build({k: v for k, v in r["defines"].items() if k not in ("TV_TRACE", "TV_TRACE_SPLIT")})
+        med = summarize(wide_intervals(ev, r["tiles"]))
+        rows.append(
+            dict(context=r["context"], heads=r["heads"], nodes=r["nodes"], splits=r["splits"], build=build)
+            | {k: round(v) if np.isfinite(v) else v for k, v in med.items()}
+            | {"sm_clock_ghz": round(r["clock"]["sm_clock_ghz"], 3)}
+        )
+    return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "splits", "build"])
 
 
 NCU_FIELDS = {  # column -> ncu metric (a value, or [value, unit])

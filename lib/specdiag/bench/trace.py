@@ -154,7 +154,9 @@ def wide_clock(kernel_row: np.ndarray) -> dict[str, float]:
 
 def wide_intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     """Per-tile intervals (cycles; NaN where an event was not recorded) of the wide kernel from
-    its trace buffer ``raw`` [3, TRACE_TILES, 8] (uint64), and ``period``: top (t + 1) - top (t)."""
+    its trace buffer ``raw`` [3, TRACE_TILES, 8] (uint64); ``period``: top (t + 1) - top (t); the
+    loader's ``load_reads`` (landed (t) to its wait for tile t + 1's stage: the next tile's page-table
+    reads) and ``load_cycle`` (wait (t) to wait (t + 1))."""
     n = min(n_tiles, raw.shape[1])
     ev = np.where(raw[:, :n] == 0, np.nan, raw[:, :n].astype(np.float64))
 
@@ -162,8 +164,14 @@ def wide_intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
         return ev[who, :, WIDE_EVENTS[who].index(name)]
 
     out = {k: at(*b) - at(*a) for k, (a, b) in WIDE_INTERVALS.items()}
-    top = at(0, "top")
-    out["period"] = np.concatenate([top[1:] - top[:-1], [np.nan]])
+
+    def later(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # tile t + 1's x - tile t's y
+        return np.concatenate([x[1:] - y[:-1], [np.nan]])
+
+    top, wait = at(0, "top"), at(2, "wait_free")
+    out["period"] = later(top, top)
+    out["load_reads"] = later(wait, at(2, "landed"))  # the loader's reads of the next tile's page-table entries
+    out["load_cycle"] = later(wait, wait)  # the loader's own loop, one tile
     return out
 
 
