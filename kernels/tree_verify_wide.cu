@@ -298,7 +298,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if constexpr (C == 1) {
         // ------------------------------------------------ warpgroup 1: O^T[256:512]
         // TV_WIDE_L2PF: thread t asks L2 for 128-byte lines t % 2, t % 2 + 2, .. of row t / 2 of the
-        // tile TV_WIDE_L2PF ahead, its pool row read one tile earlier (the read's latency off the path)
+        // tile TV_WIDE_L2PF ahead, from its page-table entry read a tile earlier (the read off the path)
         const int pf_r = tid % WG / 2, pf_l = tid % 2;
         int pf_page = 0;
         const auto pf_tok = [&](int tile) { return (w.tile_begin + tile) * BN + pf_r; };
