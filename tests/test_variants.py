@@ -185,7 +185,7 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
 
 @needs_sass
 def test_wide_load_and_epilogue_switches_build_what_they_say():
-    """The wide kernel's switches awaiting an H200 run compile without spills or a serialised
+    """The wide kernel's switches awaiting a GPU run compile without spills or a serialised
     wgmma: TV_WIDE_L2PF puts L2 prefetches (CCTL.E.PF2) in, TV_WIDE_BULK_OUT one bulk copy per math
     warpgroup's epilogue (UBLKCP); the default build has neither."""
     spec = KERNELS["wgmma_wide"]
