@@ -2,11 +2,16 @@
 notebook 05 section 9 and the sixteenth session's notes."""
 
 import gzip
+import shutil
 
 import pytest
 
-from specdiag import analysis, data
-from specdiag.bench.stalls import parse_source_csv, summarize
+from specdiag import analysis, data, kernels
+from specdiag.bench.stalls import WIDE_ROLES, _regions, parse_source_csv, summarize
+
+needs_sass = pytest.mark.skipif(
+    shutil.which("nvcc") is None or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump"
+)
 
 HEAD = (
     '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
@@ -40,6 +45,37 @@ def test_summary_splits_the_roles_at_the_loaders_register_release():
     top = math["top"][0]
     assert (top["index"], top["after"], top["reason"]) == (1, "BAR.SYNC 0x3, 0x100", "barrier")
     assert runs[1]["shape"] == "20x8x9" and runs[1]["roles"]["math"]["samples"] == 0
+
+
+def test_wide_roles_each_begin_at_their_register_count():
+    """The wide kernel's page: each role's instructions run from its USETMAXREG to the next one's
+    (the code before the first goes to the first); a page without one of them is refused."""
+    rows = [
+        ("S2R R0, SR_TID.X", 1, 3, 0, 0),
+        ("USETMAXREG.TRY_ALLOC.CTAPOOL UP1, 0xb0", 0, 1, 0, 0),
+        ("BAR.SYNC R3, 0x100", 5, 9, 5, 0),
+        ("USETMAXREG.TRY_ALLOC.CTAPOOL UP1, 0x100", 0, 1, 0, 0),
+        ("MUFU.EX2 R4, R5", 4, 30, 0, 0),
+        ("USETMAXREG.DEALLOC.CTAPOOL 0x48", 0, 1, 0, 0),
+        ("LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", 2, 40, 0, 2),
+    ]
+    runs = summarize(parse_source_csv(page(rows)), ((185000, 8, 9),), roles=WIDE_ROLES)
+    r = runs[0]["roles"]
+    assert list(r) == ["pv", "softmax", "loader"]
+    assert (r["pv"]["samples"], r["pv"]["executed"], r["pv"]["stalls"]["barrier"]) == (6, 13, 5)
+    assert (r["softmax"]["samples"], r["softmax"]["executed"]) == (4, 31)
+    assert (r["loader"]["samples"], r["loader"]["stalls"]["long_sb"]) == (2, 2)
+    with pytest.raises(ValueError, match="expected one each of"):
+        summarize(parse_source_csv(page(rows[:5])), ((1, 1, 1),), roles=WIDE_ROLES)
+
+
+@needs_sass
+def test_wide_roles_are_the_wide_kernels_register_counts():
+    """WIDE_ROLES names the register counts the wide kernel's SASS sets, one USETMAXREG each."""
+    sass = kernels.sass("tree_verify_wide").splitlines()
+    lines = [ln.split("*/", 1)[1].split(";", 1)[0].strip() for ln in sass if "USETMAXREG" in ln]
+    ins = [dict(sass=x, samples=0, executed=0, stalls={}) for x in lines]
+    assert [r for r, _, _ in _regions(dict(kernel="wide", instructions=ins), WIDE_ROLES)] == ["pv", "softmax", "loader"]
 
 
 def test_bad_pages_are_refused_in_one_line():

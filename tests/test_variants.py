@@ -58,6 +58,7 @@ def test_parse_variants():
         ["check", "--defines", "TV_SKIP=1"],  # which kernel's source: --impl is needed
         ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
         ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only
+        ["stalls", "--impl", "mma"],  # no warp roles to split
         ["trace", "--impl", "mma"],  # no TV_TRACE build
         ["trace", "--impl", "wgmma_wide", "--tree-split", "--prefix-splits", "4"],
         ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice

@@ -21,7 +21,7 @@ MODES = {
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
     "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
     "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel or --impl wgmma_wide, per shape",
-    "stalls": "where the seesaw kernel's warps wait: ncu's stall sampling per warp role (--shapes)",
+    "stalls": "where the warps wait: ncu's stall sampling per warp role, seesaw or --impl wgmma_wide (--shapes)",
 }
 
 
@@ -40,7 +40,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("mode", choices=list(MODES))
     ap.add_argument("--out", required=True, help="the result file (JSON)")
-    ap.add_argument("--impl", default="auto", choices=["auto", *KERNELS], help="check, tune, ablate: which kernel")
+    ap.add_argument(
+        "--impl", default="auto", choices=["auto", *KERNELS], help="check, tune, ablate, stalls: which kernel"
+    )
     ap.add_argument(
         "--impls",
         default="native_auto,native_auto_ps1,triton,torch",
@@ -82,8 +84,8 @@ def main(argv=None) -> int:
         if shapes and any(len(s) != 3 for s in shapes):
             print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
             return 2
-        if a.mode == "trace" and a.impl not in ("auto", "wgmma_seesaw", "wgmma_wide"):
-            print(f"bad --impl: trace takes wgmma_seesaw (auto) or wgmma_wide, got {a.impl}", file=sys.stderr)
+        if a.mode in ("trace", "stalls") and a.impl not in ("auto", "wgmma_seesaw", "wgmma_wide"):
+            print(f"bad --impl: {a.mode} takes wgmma_seesaw (auto) or wgmma_wide, got {a.impl}", file=sys.stderr)
             return 2
         if a.mode == "trace" and a.tree_split and a.prefix_splits is not None:
             print("bad --prefix-splits: --tree-split traces the plan's own tree split", file=sys.stderr)
@@ -163,12 +165,13 @@ def main(argv=None) -> int:
         import gzip
         from pathlib import Path
 
-        from .stalls import STALL_SHAPES, parse_source_csv, profile, summarize
+        from .stalls import STALL_IMPLS, STALL_SHAPES, parse_source_csv, profile, summarize
 
-        shapes = shapes or STALL_SHAPES
-        text = profile(shapes)
-        runs = summarize(parse_source_csv(text), shapes)
-        out = save(a.out, "stalls", {"shapes": [list(s) for s in shapes], "runs": runs})
+        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
+        shapes = shapes or (STALL_SHAPES if impl == "wgmma_seesaw" else ((185000, 8, 9),))
+        text = profile(shapes, impl=impl)
+        runs = summarize(parse_source_csv(text), shapes, roles=STALL_IMPLS[impl][1])
+        out = save(a.out, "stalls", {"impl": impl, "shapes": [list(s) for s in shapes], "runs": runs})
         raw = Path(out).with_suffix(".source.csv.gz")
         raw.write_bytes(gzip.compress(text.encode()))
         print(f"ncu's source page: {raw}")

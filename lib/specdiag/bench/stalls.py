@@ -1,12 +1,13 @@
-"""Where the seesaw kernel's warps wait: Nsight Compute's warp-stall sampling (its SourceCounters
-section), per SASS instruction, summed per warp role.
+"""Where a warp-specialised kernel's warps wait: Nsight Compute's warp-stall sampling (its
+SourceCounters section), per SASS instruction, summed per warp role.
 
-``profile()`` runs ncu on ``python -m specdiag.bench.stalls --launch SHAPES`` in a child process
-(one launch of the default build per shape, after a warm-up, between cudaProfilerStart and Stop)
-and returns ncu's source page as CSV text. ``parse_source_csv`` reads that page; ``summarize``
-splits each kernel's instructions at the loader's register release (``USETMAXREG.DEALLOC``: the
-math warpgroups' code comes before it, the loader's after) and sums the samples per stall reason,
-and lists the instructions that hold the most samples.
+``profile()`` runs ncu on ``python -m specdiag.bench.stalls --launch SHAPES IMPL`` in a child
+process (one launch of the default build per shape, after a warm-up, between cudaProfilerStart and
+Stop) and returns ncu's source page as CSV text. ``parse_source_csv`` reads that page; ``summarize``
+splits each kernel's instructions into roles and sums the samples per stall reason, and lists the
+instructions that hold the most samples. The seesaw kernel splits at the loader's register release
+(``USETMAXREG.DEALLOC``: the math warpgroups' code comes before it, the loader's after); the wide
+kernel's three roles each begin at their own ``USETMAXREG`` (``WIDE_ROLES``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from pathlib import Path
 
 from ..probes.ncu import find_ncu
 
-__all__ = ["STALL_SHAPES", "parse_source_csv", "summarize", "profile", "launch"]
+__all__ = ["STALL_SHAPES", "STALL_IMPLS", "WIDE_ROLES", "parse_source_csv", "summarize", "profile", "launch"]
 
 STALL_SHAPES = ((185000, 8, 9), (32768, 64, 65))  # the deployment's; many query rows
 _SPLIT = "USETMAXREG.DEALLOC"  # the loader warpgroup's first instruction of its own
+# the wide kernel's roles by the register count each one's USETMAXREG sets (tvwide::SOFTMAX_REGS,
+# PV_REGS, LOAD_REGS; a test checks them against its SASS)
+WIDE_ROLES = {256: "softmax", 176: "pv", 72: "loader"}
+# kernel -> (the partial kernel's name as ncu matches it, its roles: None for the seesaw split)
+STALL_IMPLS = {"wgmma_seesaw": ("regex:partial_seesaw", None), "wgmma_wide": ("regex:partial_wide", WIDE_ROLES)}
 _TOTAL = "Warp Stall Sampling (All Samples)"
 
 
@@ -65,28 +71,49 @@ def parse_source_csv(text: str) -> list[dict]:
     return kernels
 
 
-def summarize(kernels: list[dict], shapes, top: int = 6) -> list[dict]:
-    """Per kernel launch (``shapes`` names them, in launch order): for the math warpgroups and the
-    loader, the samples, the warp instructions executed, the samples per stall reason, and the
-    ``top`` instructions by samples (index, SASS, the instruction before it, samples, their
-    largest reason)."""
+def _regions(k: dict, roles: dict[int, str] | None) -> list[tuple[str, int, int]]:
+    """(role, first, past-last instruction) of kernel ``k``: the seesaw split (``roles`` None), or
+    one region per USETMAXREG whose register count ``roles`` names, the code before the first one
+    going to it too."""
+    ins = k["instructions"]
+    if roles is None:
+        split = next((i for i, x in enumerate(ins) if _SPLIT in x["sass"]), None)
+        if split is None:
+            raise ValueError(f"no {_SPLIT} in {k['kernel']}: not a warp-specialised kernel")
+        return [("math", 0, split), ("loader", split, len(ins))]
+    starts = []
+    for i, x in enumerate(ins):
+        if x["sass"].startswith("USETMAXREG"):
+            n = int(x["sass"].rstrip(" ;").split()[-1], 0)
+            if n in roles:
+                starts.append((i, roles[n]))
+    if sorted(r for _, r in starts) != sorted(roles.values()):
+        found, want = [r for _, r in starts], sorted(roles.values())
+        raise ValueError(f"{k['kernel']}: USETMAXREG roles {found}, expected one each of {want}")
+    bounds = [0] + [i for i, _ in starts[1:]] + [len(ins)]
+    return [(r, bounds[j], bounds[j + 1]) for j, (_, r) in enumerate(starts)]
+
+
+def summarize(kernels: list[dict], shapes, top: int = 6, roles: dict[int, str] | None = None) -> list[dict]:
+    """Per kernel launch (``shapes`` names them, in launch order): for each warp role (the seesaw's
+    math warpgroups and loader, or ``roles``: see ``_regions``), the samples, the warp instructions
+    executed, the samples per stall reason, and the ``top`` instructions by samples (index, SASS,
+    the instruction before it, samples, their largest reason)."""
     if len(kernels) != len(shapes):
         raise ValueError(f"{len(kernels)} profiled launches for {len(shapes)} shapes")
     out = []
     for k, shape in zip(kernels, shapes):
         ins = k["instructions"]
-        split = next((i for i, x in enumerate(ins) if _SPLIT in x["sass"]), None)
-        if split is None:
-            raise ValueError(f"no {_SPLIT} in {k['kernel']}: not a warp-specialised kernel")
-        roles = {}
-        for role, lo, hi in (("math", 0, split), ("loader", split, len(ins))):
+        regions = _regions(k, roles)
+        roles_out = {}
+        for role, lo, hi in regions:
             part = ins[lo:hi]
             reasons: dict[str, int] = {}
             for x in part:
                 for r, v in x["stalls"].items():
                     reasons[r] = reasons.get(r, 0) + v
             ranked = sorted(range(lo, hi), key=lambda i: -ins[i]["samples"])[:top]
-            roles[role] = dict(
+            roles_out[role] = dict(
                 samples=sum(x["samples"] for x in part),
                 executed=sum(x["executed"] for x in part),
                 stalls=dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
@@ -101,12 +128,12 @@ def summarize(kernels: list[dict], shapes, top: int = 6) -> list[dict]:
                     for i in ranked
                 ],
             )
-        out.append(dict(kernel=k["kernel"], shape="x".join(map(str, shape)), roles=roles))
+        out.append(dict(kernel=k["kernel"], shape="x".join(map(str, shape)), roles=roles_out))
     return out
 
 
-def launch(shapes) -> None:
-    """The profiled workload: one launch of the default seesaw build per shape (page size 1),
+def launch(shapes, impl: str = "wgmma_seesaw") -> None:
+    """The profiled workload: one launch of ``impl``'s default build per shape (page size 1),
     after two warm-ups and a launch on other buffers (L2 holds no tile of the profiled one)."""
     import torch
 
@@ -114,7 +141,7 @@ def launch(shapes) -> None:
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for ctx, heads, nodes in shapes:
-        op, *other = Rotation(ctx, 1, nodes, heads, l2, seed=0, max_sets=2).native_ops(impl="wgmma_seesaw")
+        op, *other = Rotation(ctx, 1, nodes, heads, l2, seed=0, max_sets=2).native_ops(impl=impl)
         op.run()
         op.run()
         (other or [op])[0].run()
@@ -125,8 +152,10 @@ def launch(shapes) -> None:
         torch.cuda.profiler.stop()
 
 
-def profile(shapes=STALL_SHAPES, timeout: float = 600.0) -> str:
-    """ncu's source page (CSV) for ``launch(shapes)``: SourceCounters on the seesaw partial kernel."""
+def profile(shapes=STALL_SHAPES, timeout: float = 600.0, impl: str = "wgmma_seesaw") -> str:
+    """ncu's source page (CSV) for ``launch(shapes, impl)``: SourceCounters on its partial kernel."""
+    if impl not in STALL_IMPLS:
+        raise ValueError(f"stalls samples {tuple(STALL_IMPLS)}, got {impl!r}")
     ncu = find_ncu()
     spec = ",".join("x".join(map(str, s)) for s in shapes)
 
@@ -138,15 +167,16 @@ def profile(shapes=STALL_SHAPES, timeout: float = 600.0) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "stalls"
-        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", "regex:partial_seesaw"]
+        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", STALL_IMPLS[impl][0]]
         cmd += ["--section", "SourceCounters", "--import-source", "no", "-o", str(rep), "-f"]
-        run([*cmd, sys.executable, "-m", "specdiag.bench.stalls", "--launch", spec])
+        run([*cmd, sys.executable, "-m", "specdiag.bench.stalls", "--launch", spec, impl])
         return run([ncu, "-i", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"])
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--launch":
-        launch([tuple(int(v) for v in s.split("x")) for s in sys.argv[2].split(",")])
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--launch" and (len(sys.argv) == 3 or sys.argv[3] in STALL_IMPLS):
+        launch([tuple(int(v) for v in s.split("x")) for s in sys.argv[2].split(",")], *sys.argv[3:])
     else:
-        print("usage: python -m specdiag.bench.stalls --launch CTXxHEADSxNODES[,...]", file=sys.stderr)
+        impls = "|".join(STALL_IMPLS)
+        print(f"usage: python -m specdiag.bench.stalls --launch CTXxHEADSxNODES[,...] [{impls}]", file=sys.stderr)
         sys.exit(2)
