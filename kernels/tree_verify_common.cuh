@@ -270,6 +270,13 @@ __device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
   }
 }
 
+// 1 / l of a row sum, 0 for an empty row (l = 0); a NaN sum stays NaN: bad inputs must show
+__device__ __forceinline__ float inv_sum(float l) { return l == 0.f ? 0.f : 1.f / l; }
+// a partial row's lse in natural-log units from its max m (log2 units) and sum l; -inf when empty
+__device__ __forceinline__ float partial_lse(float m, float l) {
+  return l == 0.f ? -INFINITY : (m + log2f(l)) * 0.69314718055994531f;
+}
+
 // Epilogue with whole row sums l_r: O / l of rows grow0 + g and grow0 + g + 8 (columns col0 + 8 i
 // + 2 t4, +1) into o_part[b][split][row], and lse = (m + log2 l) ln 2 from the thread with write_lse.
 template <int NO>
@@ -280,14 +287,13 @@ __device__ __forceinline__ void write_partial_rows(const VerifyParams& p, const 
   for (int r = 0; r < 2; ++r) {
     const int grow = grow0 + g + r * 8;
     if (grow >= p.R) continue;
-    const float inv = l_r[r] == 0.f ? 0.f : 1.f / l_r[r];  // a NaN sum stays NaN: bad inputs must show
+    const float inv = inv_sum(l_r[r]);
     float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * tv::DV + col0 + 2 * t4;
 #pragma unroll
     for (int i = 0; i < NO / 4; ++i)
       *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
     if (write_lse && t4 == 0)
-      p.lse_part[((size_t)b * p.NS + split) * p.R + grow] =
-          l_r[r] == 0.f ? -INFINITY : (m_r[r] + log2f(l_r[r])) * 0.69314718055994531f;
+      p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = partial_lse(m_r[r], l_r[r]);
   }
 }
 

@@ -551,7 +551,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             const int col = col_of(ci, t4);
             ep.m[col] = mv;
             ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
-            if (TV_WIDE_BULK_OUT) ep.inv[col] = ep.l[col] == 0.f ? 0.f : 1.f / ep.l[col];
+            if (TV_WIDE_BULK_OUT) ep.inv[col] = tvc::inv_sum(ep.l[col]);
           }
         }
         bar_sync(kBarWideWg0, WG);  // (warp 0 wrote them: the other three read them too)
@@ -587,10 +587,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
         bulk_s2g(p.o_part + row * DV + C * (DV / 2), smem_u32(out + col * OUT_LD), DV / 2 * 4);
         bulk_commit();
-        if (C == 0) {
-          const float l = n > 0 ? ep.l[col] : 0.f;
-          p.lse_part[row] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
-        }
+        if (C == 0) p.lse_part[row] = tvc::partial_lse(ep.m[col], n > 0 ? ep.l[col] : 0.f);
         bulk_wait();
       }
       trace_kernel(C, true);
@@ -613,7 +610,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll 2
     for (int col = ew4; col < cols_here; col += 4) {
       const float l = n > 0 ? ep.l[col] : 0.f;  // per column: sum and max (log2 units)
-      const float inv = l == 0.f ? 0.f : 1.f / l;
+      const float inv = tvc::inv_sum(l);
       const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -622,7 +619,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
         *reinterpret_cast<float4*>(p.o_part + row * DV + C * (DV / 2) + x) = v;
       }
-      if (C == 0 && elane == 0) p.lse_part[row] = l == 0.f ? -INFINITY : (ep.m[col] + log2f(l)) * 0.69314718055994531f;
+      if (C == 0 && elane == 0) p.lse_part[row] = tvc::partial_lse(ep.m[col], l);
     }
     trace_kernel(C, true);
   };
