@@ -165,12 +165,13 @@ def main(argv=None) -> int:
         import gzip
         from pathlib import Path
 
-        from .stalls import STALL_IMPLS, STALL_SHAPES, parse_source_csv, profile, summarize
+        from .stalls import STALL_IMPLS, parse_source_csv, profile, summarize
 
         impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
-        shapes = shapes or (STALL_SHAPES if impl == "wgmma_seesaw" else ((185000, 8, 9),))
+        _, roles, default_shapes = STALL_IMPLS[impl]
+        shapes = shapes or default_shapes
         text = profile(shapes, impl=impl)
-        runs = summarize(parse_source_csv(text), shapes, roles=STALL_IMPLS[impl][1])
+        runs = summarize(parse_source_csv(text), shapes, roles=roles)
         out = save(a.out, "stalls", {"impl": impl, "shapes": [list(s) for s in shapes], "runs": runs})
         raw = Path(out).with_suffix(".source.csv.gz")
         raw.write_bytes(gzip.compress(text.encode()))

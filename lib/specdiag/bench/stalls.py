@@ -28,8 +28,12 @@ _SPLIT = "USETMAXREG.DEALLOC"  # the loader warpgroup's first instruction of its
 # the wide kernel's roles by the register count each one's USETMAXREG sets (tvwide::SOFTMAX_REGS,
 # PV_REGS, LOAD_REGS; a test checks them against its SASS)
 WIDE_ROLES = {256: "softmax", 176: "pv", 72: "loader"}
-# kernel -> (the partial kernel's name as ncu matches it, its roles: None for the seesaw split)
-STALL_IMPLS = {"wgmma_seesaw": ("regex:partial_seesaw", None), "wgmma_wide": ("regex:partial_wide", WIDE_ROLES)}
+# kernel -> (the partial kernel's name as ncu matches it, its roles: None for the seesaw split,
+# the shapes sampled by default: the wide kernel takes up to 72 rows a CTA, the deployment's)
+STALL_IMPLS = {
+    "wgmma_seesaw": ("regex:partial_seesaw", None, STALL_SHAPES),
+    "wgmma_wide": ("regex:partial_wide", WIDE_ROLES, STALL_SHAPES[:1]),
+}
 _TOTAL = "Warp Stall Sampling (All Samples)"
 
 
