@@ -22,8 +22,26 @@ if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def _has_sass_tools() -> tuple[bool, bool]:
+    """(nvcc on PATH, nvcc and cuobjdump: SASS can be built and read)."""
+    import shutil
+
+    from specdiag import kernels
+
+    nvcc = shutil.which("nvcc") is not None
+    return nvcc, nvcc and kernels.find_cuobjdump() is not None
+
+
+HAS_NVCC, HAS_SASS = _has_sass_tools()
+
+
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    skips = {
+        "gpu": (HAS_GPU, "needs a CUDA GPU"),
+        "nvcc": (HAS_NVCC, "nvcc not on PATH"),
+        "sass": (HAS_SASS, "needs nvcc and cuobjdump"),
+    }
     for item in items:
-        if "gpu" in item.keywords and not HAS_GPU:
-            item.add_marker(skip_gpu)
+        for marker, (have, reason) in skips.items():
+            if marker in item.keywords and not have:
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -23,11 +23,8 @@ from specdiag.attention.plan import CTA_OVERHEAD_TILES, TILE_UNIT, merge_groups,
 from specdiag.attention.registry import KERNELS, MERGE, KernelSpec, auto_kernel, resolve_impl
 
 HAS_NVCC = shutil.which("nvcc") is not None
-HAS_SASS = HAS_NVCC and kernels.find_cuobjdump() is not None
 SCALE = 1 / math.sqrt(192)
 ROOT = Path(__file__).resolve().parents[1]
-needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc not on PATH")
-needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
 
 
 def test_every_source_is_a_registry_row_or_the_merge():
@@ -66,7 +63,7 @@ def test_kernel_source_pastes_the_projects_own_headers(tmp_path, monkeypatch):
     assert kernels.kernel_names() == ["k"]
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 @pytest.mark.parametrize("name", kernels.kernel_names())
 def test_compiles_for_sm90_without_spills(name):
     funcs = kernels.nvcc_check(name)  # sm_90, or sm_90a where the source says so
@@ -78,7 +75,7 @@ def test_compiles_for_sm90_without_spills(name):
         assert not f.wgmma_serialized, f"ptxas serialized {f.name}'s wgmma pipeline"
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 @pytest.mark.parametrize("spec", [*KERNELS.values(), MERGE], ids=lambda s: s.name)
 def test_each_module_exports_its_registry_shape(spec):
     """The launch shape a module exports (sizeof its shared-memory struct included) is the one
@@ -91,7 +88,7 @@ def test_each_module_exports_its_registry_shape(spec):
         cfg.check(wrong)
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_params_layout_matches_the_host_mirror(tmp_path):
     """tests/cuda/params_layout.cu prints tv::VerifyParams' field offsets and sizes as the
     compiler lays them out; the ctypes mirror the host packs must agree field by field."""
@@ -119,7 +116,7 @@ def test_params_layout_matches_the_host_mirror(tmp_path):
 PORTABLE_TARGETS = {"sm_80": (8, 0), "sm_86": (8, 6), "sm_89": (8, 9), "sm_100": (10, 0), "sm_120": (12, 0)}
 
 
-@needs_sass
+@pytest.mark.sass
 @pytest.mark.parametrize("arch", PORTABLE_TARGETS)
 def test_portable_kernel_builds_for_each_target(arch):
     """On every target, the variant auto picks there compiles without spills or local memory,
@@ -137,7 +134,7 @@ def test_portable_kernel_builds_for_each_target(arch):
     assert "LDL" not in sass and "STL" not in sass
 
 
-@needs_sass
+@pytest.mark.sass
 def test_mma_kernel_sass_uses_tensor_cores_and_async_copies():
     sass = kernels.sass("tree_verify_mma", arch="sm_90")
     assert "HMMA.16816.F32.BF16" in sass  # mma.sync m16n8k16 bf16 -> fp32
@@ -146,7 +143,7 @@ def test_mma_kernel_sass_uses_tensor_cores_and_async_copies():
     assert "LDL" not in sass and "STL" not in sass  # no local-memory traffic
 
 
-@needs_sass
+@pytest.mark.sass
 def test_wgmma_kernel_sass_uses_warpgroup_mma():
     sass = kernels.sass("tree_verify_wgmma")
     assert "HGMMA.64x32x16.F32.BF16" in sass  # S = Q K^T, both operands from shared memory
@@ -155,7 +152,7 @@ def test_wgmma_kernel_sass_uses_warpgroup_mma():
     assert "LDL" not in sass and "STL" not in sass
 
 
-@needs_sass
+@pytest.mark.sass
 def test_seesaw_kernel_sass_uses_warpgroup_mma_and_named_barriers():
     sass = kernels.sass("tree_verify_seesaw")
     assert "HGMMA.64x64x16.F32.BF16" in sass  # S = Q K^T on 64-key tiles
@@ -169,7 +166,7 @@ def test_seesaw_kernel_sass_uses_warpgroup_mma_and_named_barriers():
     assert sass.count("MUFU.EX2") >= 64 and guards <= 8
 
 
-@needs_sass
+@pytest.mark.sass
 def test_wide_kernel_sass_uses_its_three_wgmma_shapes_and_no_collective_fallback():
     sass = kernels.sass("tree_verify_wide")
     assert "HGMMA.64x40x16.F32.BF16" in sass and "HGMMA.64x32x16.F32.BF16" in sass  # S^T's two parts
@@ -198,13 +195,13 @@ def test_kernel_targets():
     assert kernels.define_flags({"TV_SKIP": 3, "A": 1}) == ["-DA=1", "-DTV_SKIP=3"]
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_wgmma_kernel_needs_sm90a():
     with pytest.raises(RuntimeError, match=r"nvcc failed for tree_verify_wgmma\.cu \(sm_90\)"):
         kernels.nvcc_check("tree_verify_wgmma", arch="sm_90")
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_wgmma_layout_arithmetic_on_cpu(tmp_path):
     """tests/cuda/wgmma_layout_check.cu: the kernels' own load and descriptor helpers against
     the PTX canonical layouts, compiled as a host program and run here (no GPU needed)."""
@@ -475,7 +472,7 @@ def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
     assert torch.equal(o, ref_o) and torch.equal(l, ref_l)
 
 
-@needs_sass
+@pytest.mark.sass
 def test_ablation_switches_compile_and_drop_their_stage():
     """bench.ablation's variants are TV_SKIP builds of the seesaw kernel: each compiles without
     spills or a serialised wgmma pipeline (a serialised variant would time ptxas, not the stage),

@@ -10,16 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from specdiag import kernels
 from specdiag.attention.registry import KERNELS, MERGE
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("sass_compare", ROOT / "tools" / "compare_revision" / "sass.py")
 sass_compare = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sass_compare)
-
-HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not None
-needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
 
 
 def test_instruction_count_skips_encoding_lines():
@@ -32,7 +28,7 @@ def test_instruction_count_skips_encoding_lines():
     assert sass_compare.instructions(listing) == 2
 
 
-@needs_sass
+@pytest.mark.sass
 def test_a_copy_is_identical_and_an_edit_differs(tmp_path):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
     quiet = dict(specs=(MERGE,), progress=lambda *_: None)
@@ -49,7 +45,7 @@ def test_a_copy_is_identical_and_an_edit_differs(tmp_path):
     assert row["identical"] is None and row["old"] is None
 
 
-@needs_sass
+@pytest.mark.sass
 def test_extra_defines_only_where_the_source_names_them(tmp_path):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
     rows = sass_compare.compare(
@@ -61,7 +57,7 @@ def test_extra_defines_only_where_the_source_names_them(tmp_path):
     assert rows[2]["new"] != rows[1]["new"]  # (the traced build: the clock reads are code)
 
 
-@needs_sass
+@pytest.mark.sass
 def test_cli_refuses_bad_input(capsys):
     res = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     if res.returncode != 0:

@@ -2,16 +2,11 @@
 notebook 05 section 9 and the sixteenth session's notes."""
 
 import gzip
-import shutil
 
 import pytest
 
 from specdiag import analysis, data, kernels
 from specdiag.bench.stalls import WIDE_ROLES, _regions, parse_source_csv, summarize
-
-needs_sass = pytest.mark.skipif(
-    shutil.which("nvcc") is None or kernels.find_cuobjdump() is None, reason="needs nvcc and cuobjdump"
-)
 
 HEAD = (
     '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
@@ -69,7 +64,7 @@ def test_wide_roles_each_begin_at_their_register_count():
         summarize(parse_source_csv(page(rows[:5])), ((1, 1, 1),), roles=WIDE_ROLES)
 
 
-@needs_sass
+@pytest.mark.sass
 def test_wide_roles_are_the_wide_kernels_register_counts():
     """WIDE_ROLES names the register counts the wide kernel's SASS sets, one USETMAXREG each."""
     sass = kernels.sass("tree_verify_wide").splitlines()

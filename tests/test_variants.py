@@ -3,8 +3,6 @@ interval arithmetic (CPU), the traced build (nvcc), and both on the GPU."""
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
@@ -23,9 +21,6 @@ from specdiag.bench.trace import (
     wide_intervals,
 )
 from specdiag.bench.variants import parse_variants
-
-HAS_SASS = shutil.which("nvcc") is not None and kernels.find_cuobjdump() is not None
-needs_sass = pytest.mark.skipif(not HAS_SASS, reason="needs nvcc and cuobjdump")
 
 
 def test_check_switches_names_the_kernels_own_defines_only():
@@ -150,7 +145,7 @@ def test_wide_clock_is_cycles_over_global_nanoseconds():
     assert c["epilogue_pv_to_sums"] == 8_100 and c["epilogue_pv_stores"] == 9_900
 
 
-@needs_sass
+@pytest.mark.sass
 def test_wide_traced_build_records_the_clock():
     spec = KERNELS["wgmma_wide"]
     traced, default = kernels.sass(spec.source, defines={"TV_TRACE": 1}), kernels.sass(spec.source)
@@ -158,7 +153,7 @@ def test_wide_traced_build_records_the_clock():
     assert "SR_CLOCKLO" not in default and "GLOBALTIMER" not in default
 
 
-@needs_sass
+@pytest.mark.sass
 def test_traced_build_records_the_clock_and_the_default_build_does_not():
     spec = KERNELS["wgmma_seesaw"]
     f = kernels.nvcc_check(spec.source, defines={"TV_TRACE": 1})[spec.entry]
@@ -167,7 +162,7 @@ def test_traced_build_records_the_clock_and_the_default_build_does_not():
     assert "SR_CLOCKLO" not in kernels.sass(spec.source)
 
 
-@needs_sass
+@pytest.mark.sass
 def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
     """TV_L2_PREFETCH=256 puts the L2 prefetch size on every key-tile copy (36 LDGSTS per inlined
     tile load) and on none of Q's 36; the default build has it nowhere."""
@@ -184,7 +179,7 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
     assert copies(kernels.sass(spec.source)) == (0, tiles + q)
 
 
-@needs_sass
+@pytest.mark.sass
 def test_wide_load_and_epilogue_switches_build_what_they_say():
     """The wide kernel's switches awaiting a GPU run compile without spills or a serialised
     wgmma: TV_WIDE_L2PF puts L2 prefetches (CCTL.E.PF2) in, TV_WIDE_BULK_OUT one bulk copy per math
