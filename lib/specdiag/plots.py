@@ -101,6 +101,7 @@ def speedup_bars(table, context: int, source: str | None = None):
     ax.bar(labels, sel.speedup, color="tab:green")
     for i, v in enumerate(sel.speedup):
         ax.text(i, v, f"{v:.0f}x", ha="center", va="bottom")
+    ax.margins(y=0.12)  # room above the tallest bar for its label
     ax.set_ylabel("Triton baseline time / native time")
     ax.set_title(titled(f"speed-up at {context:,} tokens of context", source))
     fig.tight_layout()
