@@ -71,9 +71,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #define TV_WIDE_L2PF 0  // > 0: warpgroup 1 asks L2 for the prefix rows of tile j + TV_WIDE_L2PF during its P V (j)
 #endif
 static_assert(TV_WIDE_L2PF == 0 || TV_WIDE_L2PF >= 2, "the loader already holds tiles j and j + 1");
-#ifndef TV_WIDE_BULK_OUT
-#define TV_WIDE_BULK_OUT 0  // 1: the epilogue normalises O^T into shared memory and writes each o_part row with one bulk copy
-#endif
 #ifndef TV_WIDE_PAGES_AHEAD
 #define TV_WIDE_PAGES_AHEAD 0  // 1: the loader reads tile j + 3's page-table entries before its wait for tile j's stage
 #endif
@@ -117,7 +114,6 @@ __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
 struct Epilogue {  // after the loop, in stage 0
   float red[4][NQ];  // per warp of warpgroup 0: column sums
   float m[NQ], l[NQ];
-  float inv[NQ];  // TV_WIDE_BULK_OUT: 1 / l (0 where l is 0)
 };
 static_assert(sizeof(Epilogue) <= STAGE_B && 4 * NQ * 4 <= BN * 128, "scratch fits");
 // the epilogue's half of O^T per math warpgroup, [72 columns][OUT_LD] floats (the pad puts a
@@ -551,7 +547,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             const int col = col_of(ci, t4);
             ep.m[col] = mv;
             ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
-            if (TV_WIDE_BULK_OUT) ep.inv[col] = tvc::inv_sum(ep.l[col]);
           }
         }
         bar_sync(kBarWideWg0, WG);  // (warp 0 wrote them: the other three read them too)
@@ -567,32 +562,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // columns (o_part rows) normalised, 16 bytes a lane; an empty split writes O = 0 and lse = -inf,
     // a NaN sum stays NaN. (Its code runs once, cold: the stores are few and the loop rolled.) ----
     float* const out = reinterpret_cast<float*>(C == 0 ? sm.q : sm.stage[0] + EPILOGUE_B);
-    if constexpr (TV_WIDE_BULK_OUT) {
-      // each column normalised as it goes in; then thread c copies column c's 256 floats (1 KB)
-      float* const mine = out + 2 * t4 * OUT_LD + wr + g;
-#pragma unroll
-      for (int ci = 0; ci < COLS; ++ci) {
-        const int i = ci >> 1, c = ci & 1;
-        const float inv = n > 0 ? ep.inv[col_of(ci, t4)] : 0.f;
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb) {
-          mine[(8 * i + c) * OUT_LD + 64 * mb] = o[mb][4 * i + c] * inv;
-          mine[(8 * i + c) * OUT_LD + 64 * mb + 8] = o[mb][4 * i + 2 + c] * inv;
-        }
-      }
-      fence_proxy_async();  // (the bulk copies read shared memory through the async proxy)
-      bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
-      const int col = (int)opaque((uint32_t)tid) & (WG - 1);
-      if (col < cols_here) {
-        const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
-        bulk_s2g(p.o_part + row * DV + C * (DV / 2), smem_u32(out + col * OUT_LD), DV / 2 * 4);
-        bulk_commit();
-        if (C == 0) p.lse_part[row] = tvc::partial_lse(ep.m[col], n > 0 ? ep.l[col] : 0.f);
-        bulk_wait();
-      }
-      trace_kernel(C, true);
-      return;
-    }
     {
       float* const mine = out + 2 * t4 * OUT_LD + wr + g;
 #pragma unroll
