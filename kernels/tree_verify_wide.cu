@@ -74,6 +74,11 @@ static_assert(TV_WIDE_L2PF == 0 || TV_WIDE_L2PF >= 2, "the loader already holds 
 #ifndef TV_WIDE_PAGES_AHEAD
 #define TV_WIDE_PAGES_AHEAD 0  // 1: the loader reads tile j + 3's page-table entries before its wait for tile j's stage
 #endif
+// 1: warpgroup 0 frees tile j's stage once its P V (j) is done, before it waits for tile j + 1, and the
+// loader announces tile j + 1 part by part while it issues tile j + 2: two tiles in flight, not one
+#ifndef TV_WIDE_FREE_EARLY
+#define TV_WIDE_FREE_EARLY 0
+#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
@@ -183,8 +188,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(tile, pg);
         rows_from(tile, pg, rw);
       };
-      // tile `tile` in PARTS cp.async groups
-      auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
+      // tile `tile` in PARTS cp.async groups; after_part(part) runs once each is committed
+      auto load_tile = [&](int tile, const int (&rw)[ROWS_T], auto after_part) {
         const int tok0 = (w.tile_begin + tile) * BN;
         const uint32_t dst = stage(tile);
 #pragma unroll 1  // (unrolled, nvcc holds all 36 destinations in registers and spills)
@@ -200,8 +205,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             }
           }
           cp_async_commit();
+          after_part(part);
         }
       };
+      const auto nothing = [](int) {};
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
@@ -215,17 +222,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       int rw[ROWS_T];
       rows_from(0, pg0, rw);
       trace(2, 0, kFree);
-      load_tile(0, rw);
+      load_tile(0, rw, nothing);
       trace(2, 0, kIssued);
       if (n > 1) {
         rows_of(1, rw);
         trace(2, 1, kFree);
-        load_tile(1, rw);
+        load_tile(1, rw, nothing);
         trace(2, 1, kIssued);
         announce(0, Const<PARTS>{});
         trace(2, 0, kLanded);
-        announce(1, Const<0>{});
-        trace(2, 1, kLanded);
+        if constexpr (!TV_WIDE_FREE_EARLY) {
+          announce(1, Const<0>{});
+          trace(2, 1, kLanded);
+        }
       } else {
         announce(0, Const<0>{});
         trace(2, 0, kLanded);
@@ -242,10 +251,26 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(2, j + 2, kWaitFree);
         bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);
-        load_tile(j + 2, rw);
-        trace(2, j + 2, kIssued);
-        announce(j + 2, Const<0>{});
-        trace(2, j + 2, kLanded);
+        if constexpr (TV_WIDE_FREE_EARLY) {
+          // each part of tile j + 1 once it has landed, behind the same part of tile j + 2 (3
+          // groups committed after it); its kLanded is the end of that announcing
+          load_tile(j + 2, rw, [&](int part) {
+            cp_async_wait<3>();
+            fence_proxy_async();  // the copies are read by wgmma (async proxy)
+            bar_arrive(landed(j + 1, part), 2 * WG);
+          });
+          trace(2, j + 2, kIssued);
+          trace(2, j + 1, kLanded);
+        } else {
+          load_tile(j + 2, rw, nothing);
+          trace(2, j + 2, kIssued);
+          announce(j + 2, Const<0>{});
+          trace(2, j + 2, kLanded);
+        }
+      }
+      if (TV_WIDE_FREE_EARLY && n > 1) {
+        announce(n - 1, Const<0>{});
+        trace(2, n - 1, kLanded);
       }
     }
     trace_kernel(2, true);
@@ -510,10 +535,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             wgmma_fence();
             trace(0, j + 1, kTop);
             issue_pv(j);
-            issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
-            wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
-            fence_o();
-            if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
+            if constexpr (TV_WIDE_FREE_EARLY) {
+              wgmma_wait<0>();
+              fence_o();
+              if (j + 2 < n) bar_arrive(freed(j), NT);  // (the loader announces tile j + 1 after it)
+              issue_qk(j + 1);
+            } else {
+              issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
+              wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
+              fence_o();
+              if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
+            }
             wgmma_wait<0>();
           }
           trace(0, j + 1, kQKDone);

@@ -188,7 +188,7 @@ def test_wide_load_switches_build_what_they_say():
     def count(text: str, op: str) -> int:
         return sum(op in ln.split() for ln in text.splitlines())
 
-    builds = {k: {k: v} for k, v in (("TV_WIDE_PAGES_AHEAD", 1), ("TV_WIDE_L2PF", 2))}
+    builds = {k: {k: v} for k, v in (("TV_WIDE_PAGES_AHEAD", 1), ("TV_WIDE_L2PF", 2), ("TV_WIDE_FREE_EARLY", 1))}
     for d in builds.values():
         f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
         assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (d, f)
@@ -242,6 +242,8 @@ def test_wide_trace_on_the_gpu():
         {"TV_WIDE_WARM": 0},
         {"TV_WIDE_PAGES_AHEAD": 1},
         {"TV_WIDE_L2PF": 2},
+        {"TV_WIDE_FREE_EARLY": 1},
+        {"TV_WIDE_FREE_EARLY": 1, "TV_TRACE": 1},
     ]
     rows = identity("wgmma_wide", builds, cases=cases, progress=lambda *_: None)
     assert len(rows) == 2 * len(builds) and all(r["bit_identical"] for r in rows)
