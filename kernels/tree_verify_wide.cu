@@ -67,18 +67,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
-#ifndef TV_WIDE_L2PF
-#define TV_WIDE_L2PF 0  // > 0: warpgroup 1 asks L2 for the prefix rows of tile j + TV_WIDE_L2PF during its P V (j)
-#endif
-static_assert(TV_WIDE_L2PF == 0 || TV_WIDE_L2PF >= 2, "the loader already holds tiles j and j + 1");
-#ifndef TV_WIDE_PAGES_AHEAD
-#define TV_WIDE_PAGES_AHEAD 0  // 1: the loader reads tile j + 3's page-table entries before its wait for tile j's stage
-#endif
-// 1: warpgroup 0 frees tile j's stage once its P V (j) is done, before it waits for tile j + 1, and the
-// loader announces tile j + 1 part by part while it issues tile j + 2: two tiles in flight, not one
-#ifndef TV_WIDE_FREE_EARLY
-#define TV_WIDE_FREE_EARLY 0
-#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
@@ -188,8 +176,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(tile, pg);
         rows_from(tile, pg, rw);
       };
-      // tile `tile` in PARTS cp.async groups; after_part(part) runs once each is committed
-      auto load_tile = [&](int tile, const int (&rw)[ROWS_T], auto after_part) {
+      // tile `tile` in PARTS cp.async groups
+      auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
         const uint32_t dst = stage(tile);
 #pragma unroll 1  // (unrolled, nvcc holds all 36 destinations in registers and spills)
@@ -205,10 +193,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             }
           }
           cp_async_commit();
-          after_part(part);
         }
       };
-      const auto nothing = [](int) {};
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
@@ -222,55 +208,35 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       int rw[ROWS_T];
       rows_from(0, pg0, rw);
       trace(2, 0, kFree);
-      load_tile(0, rw, nothing);
+      load_tile(0, rw);
       trace(2, 0, kIssued);
       if (n > 1) {
         rows_of(1, rw);
         trace(2, 1, kFree);
-        load_tile(1, rw, nothing);
+        load_tile(1, rw);
         trace(2, 1, kIssued);
         announce(0, Const<PARTS>{});
         trace(2, 0, kLanded);
-        if constexpr (!TV_WIDE_FREE_EARLY) {
-          announce(1, Const<0>{});
-          trace(2, 1, kLanded);
-        }
+        announce(1, Const<0>{});
+        trace(2, 1, kLanded);
       } else {
         announce(0, Const<0>{});
         trace(2, 0, kLanded);
       }
-      int pg[ROWS_T];  // TV_WIDE_PAGES_AHEAD: tile j + 2's entries, read an iteration earlier
-      if (TV_WIDE_PAGES_AHEAD && n > 2) pages_of(2, pg);
+      // tile j + 2's page-table entries were read an iteration earlier, before the last tile's
+      // copies landed: their latency is off the loader's loop
+      int pg[ROWS_T];
+      if (n > 2) pages_of(2, pg);
       for (int j = 0; j + 2 < n; ++j) {
-        if constexpr (TV_WIDE_PAGES_AHEAD) {
-          rows_from(j + 2, pg, rw);  // (their latency hid behind the last tile's copies)
-          if (j + 3 < n) pages_of(j + 3, pg);
-        } else {
-          rows_of(j + 2, rw);  // (the page-table reads ahead of the wait)
-        }
+        rows_from(j + 2, pg, rw);
+        if (j + 3 < n) pages_of(j + 3, pg);
         trace(2, j + 2, kWaitFree);
         bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);
-        if constexpr (TV_WIDE_FREE_EARLY) {
-          // each part of tile j + 1 once it has landed, behind the same part of tile j + 2 (3
-          // groups committed after it); its kLanded is the end of that announcing
-          load_tile(j + 2, rw, [&](int part) {
-            cp_async_wait<3>();
-            fence_proxy_async();  // the copies are read by wgmma (async proxy)
-            bar_arrive(landed(j + 1, part), 2 * WG);
-          });
-          trace(2, j + 2, kIssued);
-          trace(2, j + 1, kLanded);
-        } else {
-          load_tile(j + 2, rw, nothing);
-          trace(2, j + 2, kIssued);
-          announce(j + 2, Const<0>{});
-          trace(2, j + 2, kLanded);
-        }
-      }
-      if (TV_WIDE_FREE_EARLY && n > 1) {
-        announce(n - 1, Const<0>{});
-        trace(2, n - 1, kLanded);
+        load_tile(j + 2, rw);
+        trace(2, j + 2, kIssued);
+        announce(j + 2, Const<0>{});
+        trace(2, j + 2, kLanded);
       }
     }
     trace_kernel(2, true);
@@ -318,13 +284,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       if constexpr (C == 1) {
         // ------------------------------------------------ warpgroup 1: O^T[256:512]
-        // TV_WIDE_L2PF: thread t asks L2 for 128-byte lines t % 2, t % 2 + 2, .. of row t / 2 of the
-        // tile TV_WIDE_L2PF ahead, from its page-table entry read a tile earlier (the read off the path)
-        const int pf_r = tid % WG / 2, pf_l = tid % 2;
-        int pf_page = 0;
-        const auto pf_tok = [&](int tile) { return (w.tile_begin + tile) * BN + pf_r; };
-        const auto pf_in = [&](int tile) { return tile < n && !w.is_tree && pf_tok(tile) < w.kv_len; };
-        if constexpr (TV_WIDE_L2PF > 0) pf_page = tvc::key_page(p, w, pf_tok(TV_WIDE_L2PF), b);
         for (int j = 0; j < n; ++j) {
           // past P_READY, wg0's flag says whether some column's reference moved (factor < 1): only
           // then the factors' global reads
@@ -345,16 +304,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           wgmma_fence();
           issue_pv(j);
           trace(1, j, kPVIssued);
-          if constexpr (TV_WIDE_L2PF > 0) {
-            const int tile = j + TV_WIDE_L2PF;
-            if (pf_in(tile)) {
-              const size_t row = tvc::key_source_row(p, w, pf_tok(tile), pf_page);
-              const char* src = reinterpret_cast<const char*>(p.kv_pool + row * D);
-#pragma unroll
-              for (int l = pf_l; l < D * 2 / 128; l += 2) prefetch_l2(src + 128 * l);
-            }
-            pf_page = tvc::key_page(p, w, pf_tok(tile + 1), b);  // (used a tile later: its latency off the path)
-          }
           wgmma_wait<0>();
           trace(1, j, kPVDone);
           fence_o();
@@ -535,17 +484,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             wgmma_fence();
             trace(0, j + 1, kTop);
             issue_pv(j);
-            if constexpr (TV_WIDE_FREE_EARLY) {
-              wgmma_wait<0>();
-              fence_o();
-              if (j + 2 < n) bar_arrive(freed(j), NT);  // (the loader announces tile j + 1 after it)
-              issue_qk(j + 1);
-            } else {
-              issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
-              wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
-              fence_o();
-              if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
-            }
+            issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
+            wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
+            fence_o();
+            if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
             wgmma_wait<0>();
           }
           trace(0, j + 1, kQKDone);
