@@ -1,7 +1,7 @@
 // specdiag-arch: sm_90a
 // Hopper tree-verify partial kernel for few query rows: up to 72 (8 heads x 9 nodes) in one CTA,
 // so a request reads each key once. Keys are the M of every wgmma, query rows its N:
-//   S^T [64 keys x 72 rows]   = K Q^T    (A = the key tile, K-major; B = Q in two parts, 40 + 32 rows)
+//   S^T [64 keys x 72 rows]   = K Q^T    (A = the key tile, K-major; B = Q, one m64n72 chain)
 //   O^T [512 dims x 72 rows] += V^T P^T  (A = the tile read MN-major; B = P^T, no swizzle)
 //   * warpgroup 0: S^T part by part as the tile lands, the mask and the lazy online softmax, P^T,
 //     O^T[0:256];
@@ -36,7 +36,6 @@ using tv::DV;
 constexpr int BN = 64;                          // keys per tile: the M of every wgmma
 constexpr int NQ = 72;                          // query rows per CTA: the N of every wgmma
 constexpr int BM = NQ;                          // (the launch shape's rows per CTA)
-constexpr int NQ0 = 40, NQ1 = NQ - NQ0;         // S^T's two column parts (independent chains)
 constexpr int NB = D / 64;                      // column blocks of 64 head dims (9)
 constexpr int TILE_B = NB * BN * 128;           // 73728
 constexpr int ROPE_OFF = (NB - 1) * BN * 128;   // column block 8: where P^T starts
@@ -58,7 +57,6 @@ constexpr int KSTEPS = D / 16;                  // k-steps of S^T (36)
 static_assert(PARTS * PART_KSTEPS == KSTEPS, "the parts' k-steps cover S^T");
 constexpr int MB = DV / 64 / 2;                 // 64-dim output blocks per warpgroup (4)
 constexpr int SV = NQ / 2;                      // registers of one m64 x 72 accumulator (36)
-constexpr int SV0 = NQ0 / 2;                    // ... of S^T's first part (20)
 constexpr int COLS = NQ / 4;                    // query rows (columns) a thread holds (18)
 // P <= 2^64: a column's reference moves only past it, so after a split's first tile O^T is
 // rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
@@ -68,7 +66,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
-static_assert(NQ0 % 8 == 0 && NQ1 % 8 == 0 && (NQ0 * 128) % 1024 == 0, "S^T parts on 8-row groups");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];                 // Q [9 column blocks][72 rows][128 B]
@@ -127,7 +124,7 @@ TVG_HD constexpr uint64_t pt_desc(uint32_t buf, int kk) { return make_desc_inter
 // A operand of warpgroup `wg`'s V^T P^T, output block mb (dims 256 wg + 64 mb ..), keys 16 kk ..
 TVG_HD constexpr uint64_t vt_desc(uint32_t tile_base, int wg, int mb, int kk) { return mn_desc(tile_base, BN, MB * wg + mb, kk); }
 // B operand of S^T's part `part` (rows 40 part ..), k-step ks
-TVG_HD constexpr uint64_t q_desc(uint32_t q_base, int part, int ks) { return kstep_desc(q_base + part * NQ0 * 128, NQ, ks); }
+TVG_HD constexpr uint64_t q_desc(uint32_t q_base, int ks) { return kstep_desc(q_base, NQ, ks); }
 // accumulator entry 4 i + 2 h + c: M row 16 w + g + 8 h, N column 8 i + 2 t4 + c; column index ci = 2 i + c
 TVG_HD constexpr int col_of(int ci, int t4) { return 8 * (ci >> 1) + 2 * t4 + (ci & 1); }
 // the node of query row `row` (clamped to R - 1) from the CTA's first node node0 = row0 / H and
@@ -312,7 +309,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace_kernel(1, kLastPV);
       } else {
         // ------------------------------------------------ warpgroup 0: scores, softmax, O^T[0:256]
-        float s0[SV0], s1[SV - SV0];  // S^T's two parts: columns 0..39 and 40..71
+        float s[SV];  // S^T
         // each column's reference max (log2 units), held once per t4 across its 8 lanes: column
         // index ci in md[ci / 8] of lane g = ci % 8 (18 registers would spill)
         float md[3];
@@ -328,12 +325,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         clear_columns();
         auto m_of = [&](int ci) { return __shfl_sync(0xffffffffu, md[ci >> 3], (ci & 7) * 4 + t4); };
         // entry e of S^T as one m64 x 72 accumulator (the order of tvwide::col_of)
-        auto S = [&](int e) -> float& { return e < SV0 ? s0[e] : s1[e - SV0]; };
+        auto S = [&](int e) -> float& { return s[e]; };
         auto fence_s = [&]() {
 #pragma unroll
           for (int i = 0; i < SV; ++i) fence_operand(S(i));
         };
-        // S^T = K Q^T (tile) over all 576 dims in two independent chains, each part of the tile as it lands
+        // S^T = K Q^T (tile) over all 576 dims in one chain (two chains of 40 and 32 columns read
+        // the key tile twice), each part of the tile as it lands
         auto issue_qk = [&](int tile) {
           const uint32_t kb = opaque(stage(tile)), qb = opaque(sQ);
           fence_s();
@@ -344,8 +342,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
-              wgmma_t40(s0, kstep_desc(kb, BN, ks), q_desc(qb, 0, ks), ks > 0);
-              wgmma_qk(s1, kstep_desc(kb, BN, ks), q_desc(qb, 1, ks), ks > 0);
+              wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
             }
           }
           wgmma_commit();

@@ -16,7 +16,7 @@
 //      the stage's rope block, dims 512..575, which V never reads): where a math warpgroup stores
 //      each P value from its accumulator layout is where the K-major descriptor of both P V
 //      halves reads P[row][key], free of bank conflicts;
-//   5. for the wide kernel (keys in M, 72 query rows in N): S^T's two column parts, V^T read
+//   5. for the wide kernel (keys in M, 72 query rows in N): S^T's B = Q, V^T read
 //      MN-major, and P^T: where warpgroup 0 stores each value (after its lane-pair swap) is where
 //      the no-swizzle K-major descriptor reads P^T[row][key], in the stage's rope block and tail,
 //      never where V^T is read; and each column's tree-mask node (a float product) against
@@ -185,7 +185,7 @@ struct Seesaw {
 
 // The wide kernel (tree_verify_wide.cu), stage 1 of its Smem at byte 0.
 static void check_wide() {
-  using tvwide::BN, tvwide::Epilogue, tvwide::KSTEPS, tvwide::MB, tvwide::NQ, tvwide::NQ0, tvwide::NQ1, tvwide::PT_B;
+  using tvwide::BN, tvwide::Epilogue, tvwide::KSTEPS, tvwide::MB, tvwide::NQ, tvwide::PT_B;
   using tvwide::pt_buf, tvwide::pt_desc, tvwide::pt_offset, tvwide::Q_B, tvwide::q_desc, tvwide::ROPE_OFF, tvwide::Smem;
   using tvwide::STAGE_B, tvwide::vt_desc, tvwide::WG;
   const uint32_t q_base = 0, k_base = Q_B + STAGE_B;
@@ -204,11 +204,8 @@ static void check_wide() {
     const uint64_t da = kstep_desc(k_base, BN, ks);
     for (int k = 0; k < 16; ++k) {
       for (int m = 0; m < BN; ++m) expect(k_major(da, m, k) == element(k_base, BN, m, 16 * ks + k), "wide S^T A = K[key][dim]", ks, m, k, 0);
-      for (int part = 0; part < 2; ++part) {
-        const uint64_t db = q_desc(q_base, part, ks);
-        for (int n = 0; n < (part ? NQ1 : NQ0); ++n)
-          expect(k_major(db, n, k) == element(q_base, NQ, NQ0 * part + n, 16 * ks + k), "wide S^T B = Q[row][dim]", ks, part, n, k);
-      }
+      const uint64_t db = q_desc(q_base, ks);
+      for (int n = 0; n < NQ; ++n) expect(k_major(db, n, k) == element(q_base, NQ, n, 16 * ks + k), "wide S^T B = Q[row][dim]", ks, n, k, 0);
     }
   }
   const uint32_t buf = pt_buf(k_base);
