@@ -28,6 +28,10 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
+#ifndef TV_SKIP
+#define TV_SKIP 0
+#endif
+
 namespace tvwide {
 using namespace tvg;
 using tv::D;
@@ -65,6 +69,9 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
+// TV_SKIP (a -D bitmask, tvsee::Skip's bits) builds the stage ablations: results wrong by design
+enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
+__host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
@@ -162,7 +169,14 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
       // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
       // own page-table entry); past the part: row 0, and the copy zero-fills
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
+        if constexpr (runs(kSkipPages)) {
+          tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
+        } else {
+#pragma unroll
+          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
+        }
+      };
       auto rows_from = [&](int tile, const int (&pg)[ROWS_T], int (&rw)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll
@@ -186,7 +200,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
-              cp_async16(dst + tile_offset(BN, load_row<WG>(t, i), chunk), src + chunk * 8, bytes);
+              if constexpr (runs(kSkipLoads)) cp_async16(dst + tile_offset(BN, load_row<WG>(t, i), chunk), src + chunk * 8, bytes);
             }
           }
           cp_async_commit();
@@ -274,7 +288,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-        for (int mb = 0; mb < MB; ++mb) wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
+        for (int mb = 0; mb < MB; ++mb)
+          if constexpr (runs(kSkipPV)) wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
       wgmma_commit();
     };
 
@@ -342,7 +357,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
-              wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
+              if constexpr (runs(kSkipQK)) wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
             }
           }
           wgmma_commit();
@@ -354,112 +369,116 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         // instructions with no shared-memory stores, no factor and no P_READY, to fetch them early
         auto softmax_tile = [&](int tile) {
           const bool warm = tile < 0;
-          fence_s();
-          if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
-#pragma unroll
-            for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
+          if constexpr (!runs(kSkipSoftmax)) {
+            if (tid == 0 && !warm) scratch[2 + (tile & 1)] = 0.f;  // (no factors for warpgroup 1)
           } else {
-            // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
-            // part's end masked; in the tree also by each column's row of the ancestor mask, both
-            // keys' bytes loaded unconditionally and the scores selected, not branched on (a
-            // branch per load serialised their latencies)
-            const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
-            if (!w.is_tree) {
+            fence_s();
+            if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
 #pragma unroll
-              for (int e = 0; e < SV; ++e) {
-                const float v = S(e) * p.scale_log2;
-                S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
-              }
+              for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
             } else {
-              const int node0 = row0 / p.H;
-              const float inv_h = 1.f / p.H;
+              // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
+              // part's end masked; in the tree also by each column's row of the ancestor mask, both
+              // keys' bytes loaded unconditionally and the scores selected, not branched on (a
+              // branch per load serialised their latencies)
+              const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
+              if (!w.is_tree) {
 #pragma unroll
-              for (int ci = 0; ci < COLS; ++ci) {
-                const int node = column_node(row0 + col_of(ci, t4), p.R, p.H, node0, inv_h);
-                const uint8_t* mrow = p.tree_mask + ((size_t)b * p.T + node) * p.T;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
-                  const bool in = tok < w.kv_len;
-                  const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
+                for (int e = 0; e < SV; ++e) {
                   const float v = S(e) * p.scale_log2;
-                  S(e) = vis ? v : -INFINITY;
+                  S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
+                }
+              } else {
+                const int node0 = row0 / p.H;
+                const float inv_h = 1.f / p.H;
+#pragma unroll
+                for (int ci = 0; ci < COLS; ++ci) {
+                  const int node = column_node(row0 + col_of(ci, t4), p.R, p.H, node0, inv_h);
+                  const uint8_t* mrow = p.tree_mask + ((size_t)b * p.T + node) * p.T;
+#pragma unroll
+                  for (int h = 0; h < 2; ++h) {
+                    const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
+                    const bool in = tok < w.kv_len;
+                    const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
+                    const float v = S(e) * p.scale_log2;
+                    S(e) = vis ? v : -INFINITY;
+                  }
                 }
               }
             }
-          }
-          // Does any column's max pass its reference by more than the slack? One vote over the
-          // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
-          // the 4 warps through the rope block, which S^T no longer reads)
-          bool need = false;
-#pragma unroll
-          for (int ci = 0; ci < COLS; ++ci) {
-            const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-            need |= v > m_of(ci) + RESCALE_SLACK;
-          }
-          need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
-          bool moved = false;
-          const uint32_t buf = pt_buf(stage(tile));
-          float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
-          const uint32_t red_s = smem_u32(red);
-          if (need) {
+            // Does any column's max pass its reference by more than the slack? One vote over the
+            // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
+            // the 4 warps through the rope block, which S^T no longer reads)
+            bool need = false;
 #pragma unroll
             for (int ci = 0; ci < COLS; ++ci) {
-              float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
-              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
-              if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
+              const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+              need |= v > m_of(ci) + RESCALE_SLACK;
             }
-            bar_sync(kBarWideWg0, WG);
-            float2 r4[4];
+            need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
+            bool moved = false;
+            const uint32_t buf = pt_buf(stage(tile));
+            float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
+            const uint32_t red_s = smem_u32(red);
+            if (need) {
 #pragma unroll
-            for (int ci = 0; ci < COLS; ++ci) {
-              const int col = col_of(ci, t4);
-              // the 4 warps' maxima of columns col and col + 1, read at even ci (none in the warm run:
-              // tile 1 is landing there)
-              if ((ci & 1) == 0)
-#pragma unroll
-                for (int w = 0; w < 4; ++w) r4[w] = ld_shared_f2_if(red_s + (w * NQ + col) * 4, !warm);
-              const float m4 = (ci & 1) ? fmaxf(fmaxf(r4[0].y, r4[1].y), fmaxf(r4[2].y, r4[3].y))
-                                        : fmaxf(fmaxf(r4[0].x, r4[1].x), fmaxf(r4[2].x, r4[3].x));
-              const float m_old = m_of(ci);
-              const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
-              const float m_new = move ? m4 : m_old;
-              const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
-              if (g == (ci & 7)) md[ci >> 3] = m_new;
-              moved |= move;
-              if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
-              rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
-              if (tile > 0 && w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
-            }
-            bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
-          }
-          // (every warp saw the same maxima; on the first tile O^T is still zero)
-          const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
-          if (tid == 0 && !warm) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
-#pragma unroll
-          for (int ci = 0; ci < COLS; ++ci) {
-            const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
-            const int i = ci >> 1, c = ci & 1;
-            S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
-            S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
-          }
-          // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
-          // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
-#pragma unroll
-          for (int i = 0; i < SV / 4; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
-              const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
-              const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
-              if (!warm) {
-                if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
-                else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+              for (int ci = 0; ci < COLS; ++ci) {
+                float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+                if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
               }
-              lh[i] += (g & 1) ? other + v1 : v0 + other;
+              bar_sync(kBarWideWg0, WG);
+              float2 r4[4];
+#pragma unroll
+              for (int ci = 0; ci < COLS; ++ci) {
+                const int col = col_of(ci, t4);
+                // the 4 warps' maxima of columns col and col + 1, read at even ci (none in the warm run:
+                // tile 1 is landing there)
+                if ((ci & 1) == 0)
+#pragma unroll
+                  for (int w = 0; w < 4; ++w) r4[w] = ld_shared_f2_if(red_s + (w * NQ + col) * 4, !warm);
+                const float m4 = (ci & 1) ? fmaxf(fmaxf(r4[0].y, r4[1].y), fmaxf(r4[2].y, r4[3].y))
+                                          : fmaxf(fmaxf(r4[0].x, r4[1].x), fmaxf(r4[2].x, r4[3].x));
+                const float m_old = m_of(ci);
+                const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
+                const float m_new = move ? m4 : m_old;
+                const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
+                if (g == (ci & 7)) md[ci >> 3] = m_new;
+                moved |= move;
+                if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
+                rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
+                if (tile > 0 && w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
+              }
+              bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
             }
+            // (every warp saw the same maxima; on the first tile O^T is still zero)
+            const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
+            if (tid == 0 && !warm) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
+#pragma unroll
+            for (int ci = 0; ci < COLS; ++ci) {
+              const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
+              const int i = ci >> 1, c = ci & 1;
+              S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
+              S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
+            }
+            // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
+            // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
+#pragma unroll
+            for (int i = 0; i < SV / 4; ++i)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
+                const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
+                const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
+                if (!warm) {
+                  if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
+                  else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+                }
+                lh[i] += (g & 1) ? other + v1 : v0 + other;
+              }
+          }
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
           if (!warm) bar_arrive(p_ready(tile), 2 * WG);  // every warp's share of P^T is in place
           trace(0, tile, kPOut);

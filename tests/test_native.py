@@ -474,14 +474,15 @@ def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
 
 
 @pytest.mark.sass
-def test_ablation_switches_compile_and_drop_their_stage():
-    """bench.ablation's variants are TV_SKIP builds of the seesaw kernel: each compiles without
-    spills or a serialised wgmma pipeline (a serialised variant would time ptxas, not the stage),
-    and the variants without matrix multiplies lose them."""
+@pytest.mark.parametrize("impl", ["wgmma_seesaw", "wgmma_wide"])
+def test_ablation_switches_compile_and_drop_their_stage(impl):
+    """bench.ablation's variants are TV_SKIP builds of the Hopper kernels: none serialises its
+    wgmma pipeline (it would time ptxas, not the stage), the builds without matrix multiplies
+    compile without spills and lose them, and the loads and page lookups go where they say."""
     from specdiag.bench.ablation import VARIANTS
 
-    spec = KERNELS["wgmma_seesaw"]
-    assert [k.name for k in KERNELS.values() if k.ablations] == ["wgmma_seesaw"]
+    spec = KERNELS[impl]
+    assert [k.name for k in KERNELS.values() if k.ablations] == ["wgmma_seesaw", "wgmma_wide"]
     assert set(VARIANTS) == {
         "full",
         "no_qk",
@@ -492,13 +493,16 @@ def test_ablation_switches_compile_and_drop_their_stage():
         "loads_only",
         "no_page_lookup",
     }
-    for name in ("no_qk", "no_mma", "loads_only"):
-        f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": VARIANTS[name]})[spec.entry]
-        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, name
+    for name, skip in VARIANTS.items():
+        f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": skip})[spec.entry]
+        assert not f.wgmma_serialized, name
+        if name in ("full", "no_mma", "loads_only", "no_loads", "no_page_lookup"):
+            assert not f.spills and f.stack_frame == 0, name
     full = kernels.sass(spec.source)
     no_mma = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_mma"]})
     no_loads = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_loads"]})
-    assert {"64x64x16", "64x256x16"} <= set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", full))
+    shapes = {"wgmma_seesaw": {"64x64x16", "64x256x16"}, "wgmma_wide": {"64x72x16"}}[impl]
+    assert shapes <= set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", full))
     # (ptxas keeps empty commit groups as null HGMMA.64x8x16 on RZ; the real shapes must be gone)
     assert set(re.findall(r"HGMMA\.(\d+x\d+x\d+)", no_mma)) <= {"64x8x16"} and "LDGSTS" in no_mma
     assert no_loads.count("LDGSTS") < full.count("LDGSTS")  # the tiles' cp.async gone, Q's stays
@@ -647,10 +651,11 @@ def test_ablation_variants_run_on_the_gpu():
     waiting); only the full build's time is the kernel's."""
     from specdiag.bench.ablation import VARIANTS, ablate
 
-    _needs_sm90("wgmma_seesaw")
-    rows = ablate(shapes=((8192, 8, 65),), rep_ms=5.0, progress=lambda *_: None)
-    assert [r["variant"] for r in rows] == list(VARIANTS) and rows[0]["vs_full"] == 1.0
-    assert all(r["ms"] > 0 for r in rows)
+    for impl in ("wgmma_seesaw", "wgmma_wide"):
+        _needs_sm90(impl)
+        rows = ablate(shapes=((8192, 8, 9),), impl=impl, rep_ms=5.0, page_sizes=(1,), progress=lambda *_: None)
+        assert [r["variant"] for r in rows] == list(VARIANTS) and rows[0]["vs_full"] == 1.0
+        assert all(r["ms"] > 0 and r["page_size"] == 1 for r in rows)
 
 
 @pytest.mark.gpu

@@ -57,6 +57,9 @@ def test_parse_variants():
         ["trace", "--impl", "mma"],  # no TV_TRACE build
         ["trace", "--impl", "wgmma_wide", "--tree-split", "--prefix-splits", "4"],
         ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice
+        ["ablate", "--impl", "mma"],  # no TV_SKIP stage switches
+        ["ablate", "--shapes", "185000x8"],
+        ["ablate", "--page-sizes", "one"],
     ],
 )
 def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, capsys):

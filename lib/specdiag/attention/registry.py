@@ -119,6 +119,7 @@ KERNELS = {
             "native_wide",
             "wgmma, transposed products: 72 query rows per CTA, each key read once per request (sm_90a)",
             232448,
+            ablations=True,
         ),
     )
 }

@@ -61,15 +61,17 @@ def main(argv=None) -> int:
         default="",
         help="variants, trace, check: 'NAME=INT[,NAME=INT];...' (trace, check: '' is the default build)",
     )
-    ap.add_argument("--page-sizes", default="1,64", help="variants, trace: comma-separated KV page sizes")
+    ap.add_argument("--page-sizes", default="1,64", help="variants, trace, ablate: comma-separated KV page sizes")
     ap.add_argument("--prefix-splits", type=int, default=None, help="trace: force the prefix split count")
     ap.add_argument("--tree-split", action="store_true", help="trace --impl wgmma_wide: trace the tree split's CTA")
     ap.add_argument(
-        "--shapes", default=None, help="variants, trace, stalls: CONTEXTxHEADSxNODES,... (default: the mode's own)"
+        "--shapes",
+        default=None,
+        help="variants, trace, stalls, ablate: CONTEXTxHEADSxNODES,... (default: the mode's own)",
     )
     a = ap.parse_args(argv)
     variants = []
-    if a.mode in ("variants", "trace", "stalls") or (a.mode == "check" and a.defines.strip()):
+    if a.mode in ("variants", "trace", "stalls", "ablate") or (a.mode == "check" and a.defines.strip()):
         from .variants import parse_variants
 
         try:
@@ -83,6 +85,13 @@ def main(argv=None) -> int:
             return 2
         if shapes and any(len(s) != 3 for s in shapes):
             print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
+            return 2
+        if a.mode == "ablate" and not KERNELS["wgmma_seesaw" if a.impl == "auto" else a.impl].ablations:
+            print(
+                f"bad --impl: {a.impl} has no stage switches (TV_SKIP); ablate takes "
+                f"{', '.join(k for k, s in KERNELS.items() if s.ablations)}",
+                file=sys.stderr,
+            )
             return 2
         if a.mode in ("trace", "stalls") and a.impl not in ("auto", "wgmma_seesaw", "wgmma_wide"):
             print(f"bad --impl: {a.mode} takes wgmma_seesaw (auto) or wgmma_wide, got {a.impl}", file=sys.stderr)
@@ -149,7 +158,8 @@ def main(argv=None) -> int:
     if a.mode == "ablate":
         from .ablation import ablate
 
-        save(a.out, "native_ablation", {"rows": ablate(impl="wgmma_seesaw" if a.impl == "auto" else a.impl)})
+        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
+        save(a.out, "native_ablation", {"rows": ablate(shapes, impl=impl, page_sizes=page_sizes)})
         return 0
     if a.mode == "sanitize":
         from .sanitize import WORKLOAD, WORKLOAD_FIELDS, probe, sanitize

@@ -8,9 +8,19 @@ import torch
 
 from ..attention.registry import KERNELS
 
-__all__ = ["SKIP_QK", "SKIP_PV", "SKIP_SOFTMAX", "SKIP_LOADS", "SKIP_PAGES", "VARIANTS", "ABLATION_SHAPES", "ablate"]
+__all__ = [
+    "SKIP_QK",
+    "SKIP_PV",
+    "SKIP_SOFTMAX",
+    "SKIP_LOADS",
+    "SKIP_PAGES",
+    "VARIANTS",
+    "ABLATION_SHAPES",
+    "ablation_shapes",
+    "ablate",
+]
 
-# tvsee::Skip in kernels/tree_verify_seesaw.cu
+# tvsee::Skip in kernels/tree_verify_seesaw.cu (tvwide::Skip has the same bits)
 SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS, SKIP_PAGES = 1, 2, 4, 8, 16
 VARIANTS = {
     "full": 0,
@@ -23,11 +33,23 @@ VARIANTS = {
     "no_page_lookup": SKIP_PAGES,  # prefix token n from pool row n: the page table left unread
 }
 ABLATION_SHAPES = ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
+_WIDE_SHAPES = ((185000, 8, 9), (65536, 8, 9))  # the wide kernel's: one CTA for 72 rows
 
 
-def ablate(shapes=ABLATION_SHAPES, impl: str = "wgmma_seesaw", rep_ms: float = 30.0, progress=print) -> list[dict]:
+def ablation_shapes(impl: str) -> tuple:
+    """The shapes ``ablate`` takes for ``impl`` when none are given (context, heads, nodes)."""
+    return _WIDE_SHAPES if impl == "wgmma_wide" else ABLATION_SHAPES
+
+
+def ablate(
+    shapes=None,
+    impl: str = "wgmma_seesaw",
+    rep_ms: float = 30.0,
+    page_sizes=(64,),
+    progress=print,
+) -> list[dict]:
     """Time every ``VARIANTS`` build of ``impl`` (a kernel with ``ablations``) on ``shapes``
-    (context, heads, nodes)."""
+    (context, heads, nodes; default ``ablation_shapes(impl)``) at each of ``page_sizes``."""
     from .timing import Rotation, time_rotating
 
     spec = KERNELS.get(impl)
@@ -39,16 +61,28 @@ def ablate(shapes=ABLATION_SHAPES, impl: str = "wgmma_seesaw", rep_ms: float = 3
         raise RuntimeError(f"the {impl} kernel needs an sm_90 GPU")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for ctx, h, t in shapes:
-        rot = Rotation(ctx, 64, t, h, l2, seed=ctx + h + t)
-        full = None
-        for name, skip in VARIANTS.items():
-            ops = rot.native_ops(impl=impl, defines={"TV_SKIP": skip})
-            ms = time_rotating([op.run for op in ops], rep_ms)
-            full = full or ms
-            rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, variant=name, ms=ms, vs_full=ms / full))
-            progress(f"{impl} ctx={ctx} H={h} T={t} {name:>10}: {ms:.3f} ms ({ms / full:.2f} of full)")
-            del ops
-        del rot
-        torch.cuda.empty_cache()
+    for ctx, h, t in shapes or ablation_shapes(impl):
+        for ps in page_sizes:
+            rot = Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
+            full = None
+            for name, skip in VARIANTS.items():
+                ops = rot.native_ops(impl=impl, defines={"TV_SKIP": skip})
+                ms = time_rotating([op.run for op in ops], rep_ms)
+                full = full or ms
+                rows.append(
+                    dict(
+                        impl=impl,
+                        context=ctx,
+                        heads=h,
+                        nodes=t,
+                        page_size=ps,
+                        variant=name,
+                        ms=ms,
+                        vs_full=ms / full,
+                    )
+                )
+                progress(f"{impl} ctx={ctx} H={h} T={t} ps={ps} {name:>14}: {ms:.3f} ms ({ms / full:.2f} of full)")
+                del ops
+            del rot
+            torch.cuda.empty_cache()
     return rows
