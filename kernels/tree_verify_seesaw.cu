@@ -19,7 +19,7 @@
 //   (3) P V (t - 1) done: arrive EMPTY (t - 1) (the loader puts tile t + 1 there);
 //   (4) Q K^T (t) done: softmax, P (t) and the row factors into shared memory, arrive P (t);
 //   (5) rescale O by alpha (t), issue P V (t), P from registers.
-// TV_SKIP (a -D bitmask of tvsee::Skip) builds the stage ablations: results wrong by design.
+// TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations: results wrong by design.
 // TV_TRACE=1 records the per-tile timeline of one CTA (tvsee::Event; specdiag.bench.trace).
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -27,9 +27,6 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
-#ifndef TV_SKIP
-#define TV_SKIP 0
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -78,11 +75,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
-// Stage ablations (TV_SKIP): Q K^T (S zeroed instead), both P V halves, the mask and softmax,
-// every tile's cp.async (the loader still arrives on each part's mbarrier), the page-table reads
-// (the loader takes prefix token n from pool row n instead).
-enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
-__host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
 // math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2: its first warp in
@@ -150,14 +142,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
-        if constexpr (runs(kSkipPages)) {
-          tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
-        } else {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
-        }
-      };
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {

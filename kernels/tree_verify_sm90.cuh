@@ -104,6 +104,15 @@ __device__ __forceinline__ Smem& exact_smem() {
   return *reinterpret_cast<Smem*>(smem);
 }
 
+// Stage ablations (TV_SKIP, a -D bitmask; specdiag.bench.ablation): Q K^T, both P V halves, the
+// mask and softmax, every tile's cp.async (the loader still announces each part), the page-table
+// reads (prefix token n from pool row n). Results wrong by design.
+#ifndef TV_SKIP
+#define TV_SKIP 0
+#endif
+enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
+__host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
+
 // TV_TRACE=1 builds: the clock64() buffer a kernel's trace events fill, [who][tile][slot] with row
 // TRACE_TILES for whole-kernel events (read by specdiag.bench.trace)
 #ifndef TV_TRACE
@@ -218,12 +227,16 @@ __device__ __forceinline__ void load_q(const tv::VerifyParams& p, uint32_t dst, 
 
 // The pool pages of this thread's rows load_row<THREADS>(t, i) of a ROWS-key tile from key tok0
 // of its split's part, read a load ahead: with page size 1 every row is its own page-table entry,
-// and the read would otherwise sit in front of the row's cp.async.
+// and the read would otherwise sit in front of the row's cp.async. (kSkipPages: the page table
+// left unread, token n's page taken as n's page index.)
 template <int ROWS, int THREADS>
 __device__ __forceinline__ void tile_pages(const tv::VerifyParams& p, int (&pg)[ROWS / (THREADS / 8)],
                                            const tvc::SplitWork& w, int tok0, int t, int b) {
 #pragma unroll
-  for (int i = 0; i < ROWS / (THREADS / 8); ++i) pg[i] = tvc::key_page(p, w, tok0 + load_row<THREADS>(t, i), b);
+  for (int i = 0; i < ROWS / (THREADS / 8); ++i) {
+    const int tok = tok0 + load_row<THREADS>(t, i);
+    pg[i] = runs(kSkipPages) ? tvc::key_page(p, w, tok, b) : tvc::page_of(p, tok);
+  }
 }
 
 // mbarriers (plain sm_90): init (one thread, then mbar_fence_init and a CTA barrier) and the

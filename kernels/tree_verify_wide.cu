@@ -28,9 +28,6 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
-#ifndef TV_SKIP
-#define TV_SKIP 0
-#endif
 
 namespace tvwide {
 using namespace tvg;
@@ -69,9 +66,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
-// TV_SKIP (a -D bitmask, tvsee::Skip's bits) builds the stage ablations: results wrong by design
-enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
-__host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
@@ -169,14 +163,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
       // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
       // own page-table entry); past the part: row 0, and the copy zero-fills
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
-        if constexpr (runs(kSkipPages)) {
-          tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
-        } else {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) pg[i] = tvc::page_of(p, (w.tile_begin + tile) * BN + load_row<WG>(t, i));
-        }
-      };
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
       auto rows_from = [&](int tile, const int (&pg)[ROWS_T], int (&rw)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll

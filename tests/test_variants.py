@@ -50,6 +50,7 @@ def test_parse_variants():
         ["trace", "--shapes", "185000x8"],
         ["trace", "--defines", "TV_SKIPP=1"],
         ["variants", "--impl", "mma", "--defines", "TV_SKIP=1"],
+        ["variants", "--impl", "wgmma", "--defines", "TV_SKIP=1"],  # its header names it, it obeys none
         ["check", "--defines", "TV_SKIP=1"],  # which kernel's source: --impl is needed
         ["check", "--impl", "wgmma_seesaw", "--defines", "TV_NOPE=1"],
         ["stalls", "--defines", "TV_SKIP=1"],  # it profiles the default build only

@@ -20,7 +20,7 @@ __all__ = [
     "ablate",
 ]
 
-# tvsee::Skip in kernels/tree_verify_seesaw.cu (tvwide::Skip has the same bits)
+# tvg::Skip in kernels/tree_verify_sm90.cuh (the seesaw and the wide kernel obey it)
 SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS, SKIP_PAGES = 1, 2, 4, 8, 16
 VARIANTS = {
     "full": 0,
@@ -69,18 +69,8 @@ def ablate(
                 ops = rot.native_ops(impl=impl, defines={"TV_SKIP": skip})
                 ms = time_rotating([op.run for op in ops], rep_ms)
                 full = full or ms
-                rows.append(
-                    dict(
-                        impl=impl,
-                        context=ctx,
-                        heads=h,
-                        nodes=t,
-                        page_size=ps,
-                        variant=name,
-                        ms=ms,
-                        vs_full=ms / full,
-                    )
-                )
+                row = dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, variant=name, ms=ms)
+                rows.append(row | {"vs_full": ms / full})
                 progress(f"{impl} ctx={ctx} H={h} T={t} ps={ps} {name:>14}: {ms:.3f} ms ({ms / full:.2f} of full)")
                 del ops
             del rot

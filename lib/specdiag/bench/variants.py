@@ -57,6 +57,9 @@ def check_switches(impl: str, variants: list[dict]) -> None:
         for name in v:
             if not re.search(rf"\b{re.escape(name)}\b", text):
                 raise ValueError(f"{name} is not a switch of kernels/{src}.cu or its headers")
+            # (the stage switches live in the Hopper header; only the kernels built on them obey)
+            if name == "TV_SKIP" and not KERNELS[impl].ablations:
+                raise ValueError(f"TV_SKIP is not a switch of kernels/{src}.cu: it has no stage ablations")
 
 
 def identity(impl: str, variants: list[dict], cases=IDENTITY_CASES, progress=print) -> list[dict]:
