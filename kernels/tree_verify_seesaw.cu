@@ -75,7 +75,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
-
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
 // math warpgroup (who = 0, 1; thread 0 of each) and for the loader (who = 2: its first warp in
 // slots 0..2, its last warp in slots 3..5), in tv_trace; row TRACE_TILES holds each warpgroup's

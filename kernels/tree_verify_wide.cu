@@ -11,6 +11,7 @@
 // reads it) and a 1 KB tail; the column factors go through the CTA's own o_part rows (global,
 // rewritten by the epilogue), the rare column-max reduction through the rope block; the epilogue
 // passes each math warpgroup's half of O^T through Q's place or the stages.
+// TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations: results wrong by design.
 // Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s). bar.sync and
 // bar.red are .aligned: all threads waiting on one barrier's phase run the same instruction, the
 // others arrive (compute-sanitizer's synccheck flags two waiting instructions: tests/cuda/racecheck_probe.cu)
@@ -27,7 +28,6 @@
 
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
-
 
 namespace tvwide {
 using namespace tvg;
@@ -124,7 +124,7 @@ TVG_HD constexpr uint32_t pt_offset(int n, int key) {
 TVG_HD constexpr uint64_t pt_desc(uint32_t buf, int kk) { return make_desc_interleave(buf + kk * 256, 128, BN * 16); }
 // A operand of warpgroup `wg`'s V^T P^T, output block mb (dims 256 wg + 64 mb ..), keys 16 kk ..
 TVG_HD constexpr uint64_t vt_desc(uint32_t tile_base, int wg, int mb, int kk) { return mn_desc(tile_base, BN, MB * wg + mb, kk); }
-// B operand of S^T's part `part` (rows 40 part ..), k-step ks
+// B operand of S^T (Q's 72 rows), k-step ks
 TVG_HD constexpr uint64_t q_desc(uint32_t q_base, int ks) { return kstep_desc(q_base, NQ, ks); }
 // accumulator entry 4 i + 2 h + c: M row 16 w + g + 8 h, N column 8 i + 2 t4 + c; column index ci = 2 i + c
 TVG_HD constexpr int col_of(int ci, int t4) { return 8 * (ci >> 1) + 2 * t4 + (ci & 1); }
@@ -358,114 +358,116 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           const bool warm = tile < 0;
           if constexpr (!runs(kSkipSoftmax)) {
             if (tid == 0 && !warm) scratch[2 + (tile & 1)] = 0.f;  // (no factors for warpgroup 1)
-          } else {
-            fence_s();
-            if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
-#pragma unroll
-              for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
-            } else {
-              // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
-              // part's end masked; in the tree also by each column's row of the ancestor mask, both
-              // keys' bytes loaded unconditionally and the scores selected, not branched on (a
-              // branch per load serialised their latencies)
-              const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
-              if (!w.is_tree) {
-#pragma unroll
-                for (int e = 0; e < SV; ++e) {
-                  const float v = S(e) * p.scale_log2;
-                  S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
-                }
-              } else {
-                const int node0 = row0 / p.H;
-                const float inv_h = 1.f / p.H;
-#pragma unroll
-                for (int ci = 0; ci < COLS; ++ci) {
-                  const int node = column_node(row0 + col_of(ci, t4), p.R, p.H, node0, inv_h);
-                  const uint8_t* mrow = p.tree_mask + ((size_t)b * p.T + node) * p.T;
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
-                    const bool in = tok < w.kv_len;
-                    const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
-                    const float v = S(e) * p.scale_log2;
-                    S(e) = vis ? v : -INFINITY;
-                  }
-                }
-              }
-            }
-            // Does any column's max pass its reference by more than the slack? One vote over the
-            // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
-            // the 4 warps through the rope block, which S^T no longer reads)
-            bool need = false;
-#pragma unroll
-            for (int ci = 0; ci < COLS; ++ci) {
-              const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-              need |= v > m_of(ci) + RESCALE_SLACK;
-            }
-            need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
-            bool moved = false;
-            const uint32_t buf = pt_buf(stage(tile));
-            float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
-            const uint32_t red_s = smem_u32(red);
-            if (need) {
-#pragma unroll
-              for (int ci = 0; ci < COLS; ++ci) {
-                float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
-                v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
-                if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
-              }
-              bar_sync(kBarWideWg0, WG);
-              float2 r4[4];
-#pragma unroll
-              for (int ci = 0; ci < COLS; ++ci) {
-                const int col = col_of(ci, t4);
-                // the 4 warps' maxima of columns col and col + 1, read at even ci (none in the warm run:
-                // tile 1 is landing there)
-                if ((ci & 1) == 0)
-#pragma unroll
-                  for (int w = 0; w < 4; ++w) r4[w] = ld_shared_f2_if(red_s + (w * NQ + col) * 4, !warm);
-                const float m4 = (ci & 1) ? fmaxf(fmaxf(r4[0].y, r4[1].y), fmaxf(r4[2].y, r4[3].y))
-                                          : fmaxf(fmaxf(r4[0].x, r4[1].x), fmaxf(r4[2].x, r4[3].x));
-                const float m_old = m_of(ci);
-                const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
-                const float m_new = move ? m4 : m_old;
-                const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
-                if (g == (ci & 7)) md[ci >> 3] = m_new;
-                moved |= move;
-                if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
-                rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
-                if (tile > 0 && w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
-              }
-              bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
-            }
-            // (every warp saw the same maxima; on the first tile O^T is still zero)
-            const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
-            if (tid == 0 && !warm) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
-#pragma unroll
-            for (int ci = 0; ci < COLS; ++ci) {
-              const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
-              const int i = ci >> 1, c = ci & 1;
-              S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
-              S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
-            }
-            // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
-            // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
-#pragma unroll
-            for (int i = 0; i < SV / 4; ++i)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
-                const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
-                const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
-                if (!warm) {
-                  if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
-                  else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
-                }
-                lh[i] += (g & 1) ? other + v1 : v0 + other;
-              }
+            fence_proxy_async();
+            if (!warm) bar_arrive(p_ready(tile), 2 * WG);
+            return;
           }
+          fence_s();
+          if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
+#pragma unroll
+            for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
+          } else {
+            // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
+            // part's end masked; in the tree also by each column's row of the ancestor mask, both
+            // keys' bytes loaded unconditionally and the scores selected, not branched on (a
+            // branch per load serialised their latencies)
+            const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
+            if (!w.is_tree) {
+#pragma unroll
+              for (int e = 0; e < SV; ++e) {
+                const float v = S(e) * p.scale_log2;
+                S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
+              }
+            } else {
+              const int node0 = row0 / p.H;
+              const float inv_h = 1.f / p.H;
+#pragma unroll
+              for (int ci = 0; ci < COLS; ++ci) {
+                const int node = column_node(row0 + col_of(ci, t4), p.R, p.H, node0, inv_h);
+                const uint8_t* mrow = p.tree_mask + ((size_t)b * p.T + node) * p.T;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
+                  const bool in = tok < w.kv_len;
+                  const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
+                  const float v = S(e) * p.scale_log2;
+                  S(e) = vis ? v : -INFINITY;
+                }
+              }
+            }
+          }
+          // Does any column's max pass its reference by more than the slack? One vote over the
+          // warpgroup; only then are the column maxima reduced (shuffles over the 8 lanes of a t4,
+          // the 4 warps through the rope block, which S^T no longer reads)
+          bool need = false;
+#pragma unroll
+          for (int ci = 0; ci < COLS; ++ci) {
+            const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+            need |= v > m_of(ci) + RESCALE_SLACK;
+          }
+          need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
+          bool moved = false;
+          const uint32_t buf = pt_buf(stage(tile));
+          float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
+          const uint32_t red_s = smem_u32(red);
+          if (need) {
+#pragma unroll
+            for (int ci = 0; ci < COLS; ++ci) {
+              float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+              v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+              if (g == 0 && !warm) red[w4 * NQ + col_of(ci, t4)] = v;
+            }
+            bar_sync(kBarWideWg0, WG);
+            float2 r4[4];
+#pragma unroll
+            for (int ci = 0; ci < COLS; ++ci) {
+              const int col = col_of(ci, t4);
+              // the 4 warps' maxima of columns col and col + 1, read at even ci (none in the warm run:
+              // tile 1 is landing there)
+              if ((ci & 1) == 0)
+#pragma unroll
+                for (int w = 0; w < 4; ++w) r4[w] = ld_shared_f2_if(red_s + (w * NQ + col) * 4, !warm);
+              const float m4 = (ci & 1) ? fmaxf(fmaxf(r4[0].y, r4[1].y), fmaxf(r4[2].y, r4[3].y))
+                                        : fmaxf(fmaxf(r4[0].x, r4[1].x), fmaxf(r4[2].x, r4[3].x));
+              const float m_old = m_of(ci);
+              const bool move = m4 > m_old + RESCALE_SLACK;  // also when m_old is still -inf and the tile has a visible key
+              const float m_new = move ? m4 : m_old;
+              const float a = move ? exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)) : 1.f;
+              if (g == (ci & 7)) md[ci >> 3] = m_new;
+              moved |= move;
+              if ((ci & 1) == (g & 1)) lh[ci >> 1] *= a;
+              rescale_col(ci, a);  // O^T is idle: P V (tile - 1) was waited for
+              if (tile > 0 && w4 == 0 && g == 0 && col < cols_here) scratch[(size_t)col * DV + (tile & 1)] = a;
+            }
+            bar_sync(kBarWideWg0, WG);  // every warp has read the maxima before P^T overwrites them
+          }
+          // (every warp saw the same maxima; on the first tile O^T is still zero)
+          const bool rescale = tile > 0 && need && __any_sync(0xffffffffu, moved);
+          if (tid == 0 && !warm) scratch[2 + (tile & 1)] = rescale ? 1.f : 0.f;
+#pragma unroll
+          for (int ci = 0; ci < COLS; ++ci) {
+            const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
+            const int i = ci >> 1, c = ci & 1;
+            S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
+            S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
+          }
+          // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
+          // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
+#pragma unroll
+          for (int i = 0; i < SV / 4; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
+              const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
+              const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
+              if (!warm) {
+                if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
+                else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
+              }
+              lh[i] += (g & 1) ? other + v1 : v0 + other;
+            }
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
           if (!warm) bar_arrive(p_ready(tile), 2 * WG);  // every warp's share of P^T is in place
           trace(0, tile, kPOut);
