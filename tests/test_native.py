@@ -478,7 +478,9 @@ def test_poisoning_unused_pool_slots_leaves_the_reference_unchanged():
 def test_ablation_switches_compile_and_drop_their_stage(impl):
     """bench.ablation's variants are TV_SKIP builds of the Hopper kernels: none serialises its
     wgmma pipeline (it would time ptxas, not the stage), the builds without matrix multiplies
-    compile without spills and lose them, and the loads and page lookups go where they say."""
+    lose them, and the loads and page lookups go where they say. Spill-free: every build but the
+    wide kernel's no_qk and no_pv, which spill 8-12 bytes a thread (ptxas places the emptied
+    accumulators differently)."""
     from specdiag.bench.ablation import VARIANTS
 
     spec = KERNELS[impl]
@@ -496,7 +498,7 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     for name, skip in VARIANTS.items():
         f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": skip})[spec.entry]
         assert not f.wgmma_serialized, name
-        if name in ("full", "no_mma", "loads_only", "no_loads", "no_page_lookup"):
+        if impl == "wgmma_seesaw" or name not in ("no_qk", "no_pv"):
             assert not f.spills and f.stack_frame == 0, name
     full = kernels.sass(spec.source)
     no_mma = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_mma"]})
