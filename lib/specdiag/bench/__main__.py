@@ -70,6 +70,8 @@ def main(argv=None) -> int:
         help="variants, trace, stalls, ablate: CONTEXTxHEADSxNODES,... (default: the mode's own)",
     )
     a = ap.parse_args(argv)
+    # the one kernel variants, trace, stalls, ablate and check --defines work on (auto: the seesaw's)
+    kernel = trace_impl(a.impl) if a.mode == "trace" else "wgmma_seesaw" if a.impl == "auto" else a.impl
     variants = []
     if a.mode in ("variants", "trace", "stalls", "ablate") or (a.mode == "check" and a.defines.strip()):
         from .variants import parse_variants
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
         if shapes and any(len(s) != 3 for s in shapes):
             print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
             return 2
-        if a.mode == "ablate" and not KERNELS["wgmma_seesaw" if a.impl == "auto" else a.impl].ablations:
+        if a.mode == "ablate" and not KERNELS[kernel].ablations:
             print(
                 f"bad --impl: {a.impl} has no stage switches (TV_SKIP); ablate takes "
                 f"{', '.join(k for k, s in KERNELS.items() if s.ablations)}",
@@ -99,7 +101,7 @@ def main(argv=None) -> int:
         if a.mode == "trace" and a.tree_split and a.prefix_splits is not None:
             print("bad --prefix-splits: --tree-split traces the plan's own tree split", file=sys.stderr)
             return 2
-        if a.mode == "trace" and a.tree_split and trace_impl(a.impl) != "wgmma_wide":
+        if a.mode == "trace" and a.tree_split and kernel != "wgmma_wide":
             print("bad --tree-split: only the wide kernel's trace picks its CTA", file=sys.stderr)
             return 2
         from .variants import check_switches
@@ -109,9 +111,7 @@ def main(argv=None) -> int:
                 raise ValueError("check --defines needs --impl: the kernel whose source they switch")
             if a.mode == "stalls" and variants:
                 raise ValueError("stalls samples the default build only")
-            check_switches(
-                trace_impl(a.impl) if a.mode == "trace" else "wgmma_seesaw" if a.impl == "auto" else a.impl, variants
-            )
+            check_switches(kernel, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
             return 2
@@ -158,8 +158,7 @@ def main(argv=None) -> int:
     if a.mode == "ablate":
         from .ablation import ablate
 
-        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
-        save(a.out, "native_ablation", {"rows": ablate(shapes, impl=impl, page_sizes=page_sizes)})
+        save(a.out, "native_ablation", {"rows": ablate(shapes, impl=kernel, page_sizes=page_sizes)})
         return 0
     if a.mode == "sanitize":
         from .sanitize import WORKLOAD, WORKLOAD_FIELDS, probe, sanitize
@@ -177,12 +176,11 @@ def main(argv=None) -> int:
 
         from .stalls import STALL_IMPLS, parse_source_csv, profile, summarize
 
-        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
-        _, roles, default_shapes = STALL_IMPLS[impl]
+        _, roles, default_shapes = STALL_IMPLS[kernel]
         shapes = shapes or default_shapes
-        text = profile(shapes, impl=impl)
+        text = profile(shapes, impl=kernel)
         runs = summarize(parse_source_csv(text), shapes, roles=roles)
-        out = save(a.out, "stalls", {"impl": impl, "shapes": [list(s) for s in shapes], "runs": runs})
+        out = save(a.out, "stalls", {"impl": kernel, "shapes": [list(s) for s in shapes], "runs": runs})
         raw = Path(out).with_suffix(".source.csv.gz")
         raw.write_bytes(gzip.compress(text.encode()))
         print(f"ncu's source page: {raw}")
@@ -198,10 +196,9 @@ def main(argv=None) -> int:
     if a.mode == "variants":
         from .variants import VARIANT_SHAPES, identity, time_variants
 
-        impl = "wgmma_seesaw" if a.impl == "auto" else a.impl
-        ident = identity(impl, variants)
+        ident = identity(kernel, variants)
         ceilings = timing.measure_ceilings()
-        rows = time_variants(impl, variants, shapes or VARIANT_SHAPES, page_sizes, rep_ms=min(a.rep_ms, 25.0))
+        rows = time_variants(kernel, variants, shapes or VARIANT_SHAPES, page_sizes, rep_ms=min(a.rep_ms, 25.0))
         save(a.out, "variants", {"ceilings": ceilings, "identity": ident, "rows": rows})
         return 0 if all(r["bit_identical"] for r in ident) else 1
     if a.mode == "trace":
@@ -211,7 +208,7 @@ def main(argv=None) -> int:
         for ctx, heads, nodes in shapes or TRACE_SHAPES:
             for ps in page_sizes:
                 for v in [{}, *variants]:
-                    if trace_impl(a.impl) == "wgmma_wide":
+                    if kernel == "wgmma_wide":
                         r = trace_wide(
                             ctx, heads, nodes, page_size=ps, defines=v, tree=a.tree_split, prefix_splits=a.prefix_splits
                         )
