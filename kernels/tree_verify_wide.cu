@@ -121,6 +121,10 @@ TVG_HD constexpr uint32_t pt_buf(uint32_t stage_base) { return stage_base + ROPE
 TVG_HD constexpr uint32_t pt_offset(int n, int key) {
   return (uint32_t)((n >> 3) * (BN * 16) + (key >> 3) * 128 + (n & 7) * 16 + (key & 7) * 2);
 }
+// where thread (g, t4) of the warp holding keys wr.. stores its pairs: this base plus
+// pt_offset(8 i, 8 h) for columns 8 i + 2 t4 (+ 1), keys wr + g (+ 8 h); lanes g and g ^ 1 swap
+// one value, so the even lane stores column 2 t4's key pair and the odd one column 2 t4 + 1's
+TVG_HD constexpr uint32_t pt_thread(int wr, int g, int t4) { return pt_offset(2 * t4 + (g & 1), wr + g - (g & 1)); }
 TVG_HD constexpr uint64_t pt_desc(uint32_t buf, int kk) { return make_desc_interleave(buf + kk * 256, 128, BN * 16); }
 // A operand of warpgroup `wg`'s V^T P^T, output block mb (dims 256 wg + 64 mb ..), keys 16 kk ..
 TVG_HD constexpr uint64_t vt_desc(uint32_t tile_base, int wg, int mb, int kk) { return mn_desc(tile_base, BN, MB * wg + mb, kk); }
@@ -453,20 +457,20 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
             S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
           }
-          // P^T[row][key] in key pairs: lanes g and g ^ 1 (keys k, k + 1) swap one value, so the even
-          // one stores column 2 t4's pair and the odd one column 2 t4 + 1's
+          // P^T[row][key] in key pairs (pt_thread), from one address plus immediates, the values
+          // selected and the stores predicated: no branch between a swap and its store, so the 18
+          // swaps overlap (with a branch per store, each waited for its swap)
+          const int odd = g & 1;
+          const uint32_t pt_mine = buf + pt_thread(wr, g, t4);
 #pragma unroll
           for (int i = 0; i < SV / 4; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
-              const float other = __shfl_xor_sync(0xffffffffu, (g & 1) ? v0 : v1, 4);
-              const int key = wr + g + 8 * h, n0 = 8 * i + 2 * t4;
-              if (!warm) {
-                if ((g & 1) == 0) st_shared_u32(buf + pt_offset(n0, key), tvc::pack_bf16(v0, other));
-                else st_shared_u32(buf + pt_offset(n0 + 1, key - 1), tvc::pack_bf16(other, v1));
-              }
-              lh[i] += (g & 1) ? other + v1 : v0 + other;
+              const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+              const float lo = odd ? other : v0, hi = odd ? v1 : other;
+              st_shared_u32_if(pt_mine + pt_offset(8 * i, 8 * h), tvc::pack_bf16(lo, hi), !warm);
+              lh[i] += lo + hi;
             }
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
           if (!warm) bar_arrive(p_ready(tile), 2 * WG);  // every warp's share of P^T is in place

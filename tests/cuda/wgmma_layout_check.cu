@@ -235,6 +235,7 @@ static void check_wide() {
           const int g = lane >> 2, t4 = lane & 3, key = 16 * w4 + g + 8 * h, n0 = 8 * i + 2 * t4;
           const int n = (g & 1) ? n0 + 1 : n0, k0 = (g & 1) ? key - 1 : key;
           const uint32_t off = pt_offset(n, k0);
+          expect(tvwide::pt_thread(16 * w4, g, t4) + pt_offset(8 * i, 8 * h) == off, "wide P^T store: thread base + immediate", w4, i, h, lane);
           expect(off % 4 == 0 && off + 4 <= (uint32_t)PT_B, "wide P^T store inside P^T", n, k0, 0, 0);
           expect(!bank[(off / 4) % 32], "wide P^T store bank-conflict free", w4, i, h, lane);
           bank[(off / 4) % 32] = true;
