@@ -82,6 +82,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per 
 __device__ __forceinline__ bool traced_cta() { return (blockIdx.x | blockIdx.z) == 0 && blockIdx.y == TV_TRACE_SPLIT; }
 enum Event : int {
   kTop = 0, kPart0 = 1, kQKIssued = 2, kQKDone = 3, kPOut = 4,  // wg0: step top, S^T's first part in, issued, done, P^T out
+  kVoted = 5, kStored = 6, kFenced = 7,                         // wg0 in the softmax: past the vote, P^T stored, fenced
   kWaitP = 0, kGotP = 1, kPVIssued = 2, kPVDone = 3,            // wg1: before and after P_READY, P V issued, done
   kWaitFree = 0, kFree = 1, kIssued = 2, kLanded = 3,           // loader: before and after FREE, copies issued, landed
 };
@@ -410,6 +411,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             need |= v > m_of(ci) + RESCALE_SLACK;
           }
           need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
+          trace(0, tile, kVoted);
           bool moved = false;
           const uint32_t buf = pt_buf(stage(tile));
           float* red = reinterpret_cast<float*>(sm.stage[tile & 1] + ROPE_OFF);  // [warp][column]
@@ -472,7 +474,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
               st_shared_u32_if(pt_mine + pt_offset(8 * i, 8 * h), tvc::pack_bf16(lo, hi), !warm);
               lh[i] += lo + hi;
             }
+          trace(0, tile, kStored);
           fence_proxy_async();  // P^T is read by wgmma (async proxy), by both warpgroups
+          trace(0, tile, kFenced);
           if (!warm) bar_arrive(p_ready(tile), 2 * WG);  // every warp's share of P^T is in place
           trace(0, tile, kPOut);
         };

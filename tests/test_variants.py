@@ -116,7 +116,11 @@ def test_trace_intervals_leave_missing_events_out():
 
 def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
     raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
-    offsets = ([0, 900, 3900, 4100, 5600], [-800, 5610, 6400, 6700], [-3000, -2960, -1100, 1500])  # WIDE_EVENTS
+    offsets = (
+        [0, 900, 3900, 4100, 5600, 4400, 5200, 5450],
+        [-800, 5610, 6400, 6700],
+        [-3000, -2960, -1100, 1500],
+    )  # WIDE_EVENTS
     for t in range(12):
         for who, offs in enumerate(offsets):
             raw[who, t, : len(offs)] = [100_000 + 6000 * t + o for o in offs]
@@ -124,12 +128,13 @@ def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
     iv = wide_intervals(raw, 12)
     med = summarize(iv)
     assert med["wait_part0"] == 900 and med["wait_parts"] == 3000 and med["qk_tail"] == 200 and med["softmax"] == 1500
+    assert med["sm_vote"] == 300 and med["sm_exp_store"] == 800 and med["sm_fence"] == 250
     assert med["pv_wait_p"] == 6410 and med["pv_issue"] == 790 and med["pv"] == 300
     assert med["load_wait_free"] == 40 and med["load_issue"] == 1860 and med["load_land"] == 2600
     assert med["load_to_part0"] == 900 + 2960 and med["period"] == 6000
     assert med["load_reads"] == 6000 - 4500 and med["load_cycle"] == 6000 and np.isnan(iv["load_cycle"][-1])
     assert np.isnan(iv["pv_wait_p"][5]) and np.isnan(iv["period"][-1]) and np.isfinite(iv["pv"][5])
-    assert [len(e) for e in WIDE_EVENTS] == [5, 4, 4]
+    assert [len(e) for e in WIDE_EVENTS] == [8, 4, 4]
 
 
 def test_wide_clock_is_cycles_over_global_nanoseconds():

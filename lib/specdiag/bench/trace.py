@@ -114,7 +114,7 @@ def trace_seesaw(
 # tvwide::Event, per warpgroup (row `who` of the buffer): 0 scores and softmax, 1 the other half
 # of O^T, 2 the loader
 WIDE_EVENTS = (
-    ("top", "part0", "qk_issued", "qk_done", "p_out"),
+    ("top", "part0", "qk_issued", "qk_done", "p_out", "voted", "stored", "fenced"),
     ("wait_p", "got_p", "pv_issued", "pv_done"),
     ("wait_free", "free", "issued", "landed"),
 )
@@ -124,6 +124,9 @@ WIDE_INTERVALS = {
     "wait_parts": ((0, "part0"), (0, "qk_issued")),  # the rest of tile t, S^T (t) issued
     "qk_tail": ((0, "qk_issued"), (0, "qk_done")),
     "softmax": ((0, "qk_done"), (0, "p_out")),
+    "sm_vote": ((0, "qk_done"), (0, "voted")),  # the softmax's steps: scale and mask, the vote (bar.red)
+    "sm_exp_store": ((0, "voted"), (0, "stored")),  # (the rare reduction), exponents, P^T's swaps and stores
+    "sm_fence": ((0, "stored"), (0, "fenced")),  # fence.proxy.async
     "pv_wait_p": ((1, "wait_p"), (1, "got_p")),  # warpgroup 1 waiting for P^T (t)
     "pv_issue": ((1, "got_p"), (1, "pv_issued")),  # its rescale and P V issue
     "pv": ((1, "pv_issued"), (1, "pv_done")),
@@ -160,8 +163,9 @@ def wide_intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     n = min(n_tiles, raw.shape[1])
     ev = np.where(raw[:, :n] == 0, np.nan, raw[:, :n].astype(np.float64))
 
-    def at(who: int, name: str) -> np.ndarray:
-        return ev[who, :, WIDE_EVENTS[who].index(name)]
+    def at(who: int, name: str) -> np.ndarray:  # (NaN for an event newer than the recording)
+        slot = WIDE_EVENTS[who].index(name)
+        return ev[who, :, slot] if slot < ev.shape[2] else np.full(n, np.nan)
 
     out = {k: at(*b) - at(*a) for k, (a, b) in WIDE_INTERVALS.items()}
 
@@ -261,6 +265,6 @@ def trace_wide(
         median_cycles=summarize(iv),
         top_cycles=(top - top[0]).tolist(),
         clock=wide_clock(raw[:, TRACE_TILES]),
-        events=raw[:, :n_tiles, :5].tolist(),
+        events=raw[:, :n_tiles, : len(WIDE_EVENTS[0])].tolist(),
         kernel_events=raw[:, TRACE_TILES, :7].tolist(),
     )
