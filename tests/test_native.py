@@ -394,12 +394,12 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
         auto_kernel((7, 5), smem_per_block=65536)
     # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k, for
     # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below; wgmma_wide for 65-72
-    # rows from 128k
+    # rows from 64k
     for rows, prefix, want in [
         (72, 32767, "wgmma"),
         (72, 32768, "wgmma_seesaw"),
-        (72, 131071, "wgmma_seesaw"),
-        (72, 131072, "wgmma_wide"),
+        (72, 65535, "wgmma_seesaw"),
+        (72, 65536, "wgmma_wide"),
         (65, 185000, "wgmma_wide"),
         (64, 185000, "wgmma_seesaw"),
         (73, 185000, "wgmma_seesaw"),

@@ -149,7 +149,8 @@ AUTO_SEESAW_FEW_MIN_PREFIX = 32768  # 65-80 rows
 AUTO_SEESAW_MIN_PREFIX = 4096  # more rows
 AUTO_SEESAW_MIN_ROWS = 2048  # from here at any prefix
 # the wide kernel, for requests of 65-72 rows (one CTA where the 64-row kernels take two) from here
-AUTO_WIDE_MIN_PREFIX = 131072
+# (from 64k it leads the seesaw kernel on an H100: data/history/wide_kernel_h100_run28.json, run2_peers)
+AUTO_WIDE_MIN_PREFIX = 65536
 
 
 def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
