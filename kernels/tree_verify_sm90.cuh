@@ -173,10 +173,10 @@ __device__ __forceinline__ bool bar_red_or(int id, int count, bool pred) {
 // (`count` threads: these arrive, the part's reader syncs), each once this thread's copies of it
 // have landed; L groups were committed after the tile's.
 template <int L>
-__device__ __forceinline__ void announce_parts(int first_id, int count) {
+__device__ __forceinline__ void announce_parts(int first_id, int count, int first_count = -1) {
   cp_async_wait<L + 2>();
   fence_proxy_async();  // the copies are read by wgmma (async proxy)
-  bar_arrive(first_id, count);
+  bar_arrive(first_id, first_count < 0 ? count : first_count);
   cp_async_wait<L + 1>();
   fence_proxy_async();
   bar_arrive(first_id + 1, count);

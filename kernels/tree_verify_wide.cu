@@ -5,8 +5,8 @@
 //   O^T [512 dims x 72 rows] += V^T P^T  (A = the tile read MN-major; B = P^T, no swizzle)
 //   * warpgroup 0: S^T part by part as the tile lands, the mask and the lazy online softmax, P^T,
 //     O^T[0:256];
-//   * warpgroup 1: O^T[256:512], rescaled by warpgroup 0's column factors;
-//   * warpgroup 2: every load (cp.async): Q, then each tile in 3 parts of 3 column blocks.
+//   * warpgroup 1: Q's load, then O^T[256:512], rescaled by warpgroup 0's column factors;
+//   * warpgroup 2: every tile's load (cp.async), in 3 parts of 3 column blocks.
 // Q and two stages fill the 227 KB: P^T (t) goes where tile t's rope block was (only S^T (t)
 // reads it) and a 1 KB tail; the column factors go through the CTA's own o_part rows (global,
 // rewritten by the epilogue), the rare column-max reduction through the rope block; the epilogue
@@ -15,7 +15,8 @@
 // Named barriers (tvg::NamedBarrier; the ids of stage s = tile % 2 are the base + s). bar.sync and
 // bar.red are .aligned: all threads waiting on one barrier's phase run the same instruction, the
 // others arrive (compute-sanitizer's synccheck flags two waiting instructions: tests/cuda/racecheck_probe.cu)
-//   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed
+//   kBarWideLanded + 3 s + part  loader -> wg0   that part of the stage's tile has landed (tile 0's
+//                                             first part: also Q, wg1 -> wg0)
 //   kBarWideFree + s             wg0, wg1 -> loader  both P V of the stage's tile are done
 //   kBarWidePReady + s           wg0 -> wg1   P^T of the stage's tile, its factors and the flag "some
 //                                             column's factor < 1" (global, beside the factors) are out
@@ -48,6 +49,8 @@ constexpr int WG = 128;
 constexpr int NT = 3 * WG;                      // math warpgroups 0 and 1, loader 2
 constexpr int PARTS = 3, PART_BLOCKS = NB / PARTS;  // a tile lands in 3 parts of 3 column blocks
 constexpr int PART_KSTEPS = PART_BLOCKS * 4;    // S^T's k-steps over one part (12)
+// threads on tile 0's first LANDED barrier: wg0 waits, the loader and wg1 (with Q) arrive
+constexpr int LANDED0_N = 3 * WG;
 // setmaxnreg moves registers within the CTA's allocation (ptxas' entry count for 384 threads,
 // 168): warpgroup 0 holds S^T and half of O^T, warpgroup 1 half of O^T, the loader addresses
 constexpr int ENTRY_REGS = (65536 / NT) & ~7;
@@ -202,12 +205,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
       int pg0[ROWS_T];
-      pages_of(0, pg0);  // (tile 0's page-table reads go out first: their latency hides behind Q's copies)
-      for (int idx = t; idx < NQ * 72; idx += WG) {  // Q (lands with tile 0's first part)
-        const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
-        cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
-      }
-      cp_async_commit();
+      pages_of(0, pg0);  // (warpgroup 1 loads Q meanwhile)
       int rw[ROWS_T];
       rows_from(0, pg0, rw);
       trace(2, 0, kFree);
@@ -218,12 +216,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(2, 1, kFree);
         load_tile(1, rw);
         trace(2, 1, kIssued);
-        announce(0, Const<PARTS>{});
+        announce_parts<PARTS>(landed(0, 0), 2 * WG, LANDED0_N);
         trace(2, 0, kLanded);
         announce(1, Const<0>{});
         trace(2, 1, kLanded);
       } else {
-        announce(0, Const<0>{});
+        announce_parts<0>(landed(0, 0), 2 * WG, LANDED0_N);
         trace(2, 0, kLanded);
       }
       // tile j + 2's page-table entries were read an iteration earlier, before the last tile's
@@ -288,6 +286,16 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       if constexpr (C == 1) {
         // ------------------------------------------------ warpgroup 1: O^T[256:512]
+        // Q first (idle until P^T (0), so the loader starts on tile 0 at once), announced with
+        // tile 0's first part
+        for (int idx = tid - WG; idx < NQ * 72; idx += WG) {
+          const int r = idx / 72, chunk = idx % 72, gr = row0 + r;
+          cp_async16(sQ + tile_offset(NQ, r, chunk), p.q + ((size_t)b * p.R + min(gr, p.R - 1)) * D + chunk * 8, gr < p.R ? 16 : 0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        bar_arrive(landed(0, 0), LANDED0_N);
         for (int j = 0; j < n; ++j) {
           // past P_READY, wg0's flag says whether some column's reference moved (factor < 1): only
           // then the factors' global reads
@@ -345,7 +353,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           wgmma_fence();
 #pragma unroll
           for (int part = 0; part < PARTS; ++part) {
-            bar_sync(landed(tile, part), 2 * WG);
+            bar_sync(landed(tile, part), tile == 0 && part == 0 ? LANDED0_N : 2 * WG);
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
