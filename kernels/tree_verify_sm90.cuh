@@ -185,10 +185,11 @@ __device__ __forceinline__ void announce_parts(int first_id, int count, int firs
   bar_arrive(first_id + 2, count);
 }
 
-// two floats from shared memory at `addr` (8-byte aligned) if `pred`, else zeros and no access
-__device__ __forceinline__ void st_shared_u32_if(uint32_t dst, uint32_t v, bool pred) {  // (no branch)
+// st_shared_u32 if `pred`, as a predicated store (no branch for the compiler to keep)
+__device__ __forceinline__ void st_shared_u32_if(uint32_t dst, uint32_t v, bool pred) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(dst), "r"(v), "r"((int)pred) : "memory");
 }
+// two floats from shared memory at `addr` (8-byte aligned) if `pred`, else zeros and no access
 __device__ __forceinline__ float2 ld_shared_f2_if(uint32_t addr, bool pred) {
   float2 v;
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\nmov.f32 %0, 0f00000000;\nmov.f32 %1, 0f00000000;\n"
