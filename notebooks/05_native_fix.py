@@ -255,13 +255,14 @@ shapes.widget()
 
 # %% [markdown]
 # The fix is two orders of magnitude faster than the kernel the deployment ran, but it is not
-# yet at FlashMLA's level: FlashMLA's prefix call alone, with no tree block, is faster than our
-# whole verify at almost every shape from 32k. At the deployment's shape FlashMLA reads the KV
-# twice (72 query rows span two of its 64-row CTAs); `auto` now runs the wide kernel there, which
-# takes all 72 in one CTA and reads it once, yet takes about as long as FlashMLA's prefix call: the
-# 65 us target needs more than the bytes halved. At >= 2000 rows FlashMLA comes closer to the floor
-# than we do, and our page-size-64 build (`native_ps64`) is no faster than page size 1 there: that
-# gap is in the kernel's pipeline, not in the page-size-1 gather.
+# yet at FlashMLA's level everywhere. At the deployment's shape FlashMLA reads the KV twice (72
+# query rows span two of its 64-row CTAs); `auto` runs the wide kernel there, which takes all 72
+# in one CTA and reads it once, and our whole verify is faster than FlashMLA's prefix call alone
+# at the 72-row shapes from 32k (the first target above counts them). It is still well above the
+# floor: the wide kernel's loop is paced by the bytes a CTA keeps in flight, not by its math
+# (`docs/kernel_notes.md`). At 144 rows and more FlashMLA's prefix call is faster; at >= 2000 rows
+# it comes closer to the floor than we do, and our page-size-64 build (`native_ps64`) is no faster
+# than page size 1 there: that gap is in the kernel's pipeline, not in the page-size-1 gather.
 
 # %% [markdown]
 # ## 6. On the deployment's GPUs

@@ -153,14 +153,20 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
         (2048, 64, 9),
         (1024, 8, 257),
     ]:
-        for impl, ms in (("native_wgmma", 3.0), ("native_seesaw", 2.0), ("native", 1.0), ("triton", 9.0)):
+        for impl, ms in (
+            ("native_wgmma", 3.0),
+            ("native_seesaw", 2.0),
+            ("native_wide", 1.5),
+            ("native", 1.0),
+            ("triton", 9.0),
+        ):
             rows.append(dict(impl=impl, context=ctx, heads=h, nodes=t, ms=ms * ctx))
     df = pd.DataFrame(rows)
     out = analysis.with_auto(df)
     auto = out[out.impl == "native_auto"].set_index(["context", "heads", "nodes"])
     assert len(auto) == 7 and len(out) == len(df) + 7
     assert auto.loc[(16384, 8, 9), "kernel"] == "wgmma"  # 72 rows below a 32k prefix
-    assert auto.loc[(32768, 8, 9), "kernel"] == "wgmma_seesaw"
+    assert auto.loc[(32768, 8, 9), "kernel"] == "wgmma_wide"  # 72 rows from 32k
     assert auto.loc[(32768, 8, 5), "kernel"] == "wgmma"  # 40 rows: wgmma_seesaw from 64k only
     assert auto.loc[(65536, 8, 5), "kernel"] == "wgmma_seesaw"
     assert auto.loc[(185000, 8, 65), "kernel"] == "wgmma_seesaw"
@@ -239,8 +245,8 @@ def test_peers_native_rows_are_what_auto_runs_now():
     rows = [
         dict(impl="native", context=185000, ms=1.10, kernel="wgmma_seesaw", splits=66, **base),
         dict(impl="native:wgmma_wide", context=185000, ms=1.02, kernel="wgmma_wide", splits=127, **base),
-        dict(impl="native", context=32768, ms=0.40, kernel="wgmma_seesaw", splits=66, **base),
-        dict(impl="native:wgmma_wide", context=32768, ms=0.45, kernel="wgmma_wide", splits=64, **base),
+        dict(impl="native", context=16384, ms=0.40, kernel="wgmma", splits=66, **base),
+        dict(impl="native:wgmma_wide", context=16384, ms=0.45, kernel="wgmma_wide", splits=64, **base),
         dict(impl="flashmla", context=185000, ms=1.00, **base),
     ]
     df = pd.DataFrame(rows)
@@ -250,8 +256,8 @@ def test_peers_native_rows_are_what_auto_runs_now():
         "wgmma_wide",
         127,
         "native:wgmma_wide",
-    ]  # auto picks the wide kernel at 72 rows from 128k: its own row of the run
-    assert out.loc[("native", 32768), ["ms", "measured_as"]].tolist() == [0.40, "native"]  # as recorded
+    ]  # auto picks the wide kernel at 72 rows from 32k: its own row of the run
+    assert out.loc[("native", 16384), ["ms", "measured_as"]].tolist() == [0.40, "native"]  # as recorded
     assert out.loc[("flashmla", 185000), "ms"] == 1.00 and len(out) == len(df)
     assert analysis.native_as_auto_now(df, capability="12.0").equals(df)  # another GPU's recording
     with pytest.raises(ValueError, match=r"lacks .*native:wgmma_wide at 185000 x 8 heads x 9 nodes$"):
@@ -262,6 +268,6 @@ def test_recorded_peers_give_the_wide_kernel_at_the_deployments_shape():
     doc = data.load_json("peers_h200.json")
     df = analysis.peers_frame(doc)
     at = df[(df.context == 185000) & (df.heads == 8) & (df.nodes == 9)].set_index("impl")
-    assert at.loc["native", "kernel"] == "wgmma_wide" and at.loc["native", "ms"] == at.loc["native:wgmma_wide", "ms"]
+    assert at.loc["native", "kernel"] == at.loc["native:wgmma_wide", "kernel"] == "wgmma_wide"
     raw = data.sweep_frame(doc)  # what auto ran when recorded, kept in the file
     assert set(raw[raw.impl == "native"].kernel) >= {"wgmma_seesaw"}

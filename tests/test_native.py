@@ -394,16 +394,19 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
         auto_kernel((7, 5), smem_per_block=65536)
     # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k, for
     # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below; wgmma_wide for 65-72
-    # rows from 64k
+    # and 129-144 rows from 32k
     for rows, prefix, want in [
         (72, 32767, "wgmma"),
-        (72, 32768, "wgmma_seesaw"),
-        (72, 65535, "wgmma_seesaw"),
-        (72, 65536, "wgmma_wide"),
+        (72, 32768, "wgmma_wide"),
         (65, 185000, "wgmma_wide"),
         (64, 185000, "wgmma_seesaw"),
         (73, 185000, "wgmma_seesaw"),
         (80, 185000, "wgmma_seesaw"),
+        (128, 185000, "wgmma_seesaw"),
+        (129, 32768, "wgmma_wide"),
+        (144, 185000, "wgmma_wide"),
+        (144, 32767, "wgmma_seesaw"),
+        (145, 185000, "wgmma_seesaw"),
         (40, 65535, "wgmma"),
         (40, 65536, "wgmma_seesaw"),
         (64, 65535, "wgmma"),

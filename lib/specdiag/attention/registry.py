@@ -148,16 +148,17 @@ AUTO_SEESAW_FEWEST_MIN_PREFIX = 65536  # up to 64 rows
 AUTO_SEESAW_FEW_MIN_PREFIX = 32768  # 65-80 rows
 AUTO_SEESAW_MIN_PREFIX = 4096  # more rows
 AUTO_SEESAW_MIN_ROWS = 2048  # from here at any prefix
-# the wide kernel, for requests of 65-72 rows (one CTA where the 64-row kernels take two) from here
-# (from 64k it leads the seesaw kernel on an H100: data/history/wide_kernel_h100_run28.json, run2_peers)
-AUTO_WIDE_MIN_PREFIX = 65536
+# the wide kernel from here, for requests of 65-72 rows (one CTA where the 64-row kernels take two)
+# and 129-144 (two where they take three): data/peers_h200.json
+AUTO_WIDE_MIN_PREFIX = 32768
 
 
 def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
     """The kernel ``auto`` picks on sm_90 for ``rows`` query rows per request and the longest
     prefix (either may be unknown: None). Needs no GPU: notebooks apply it to recordings."""
     wide = KERNELS["wgmma_wide"].rows_per_cta
-    if rows is not None and 64 < rows <= wide and max_prefix is not None and max_prefix >= AUTO_WIDE_MIN_PREFIX:
+    wide_rows = rows is not None and (64 < rows <= wide or 128 < rows <= 2 * wide)
+    if wide_rows and max_prefix is not None and max_prefix >= AUTO_WIDE_MIN_PREFIX:
         return "wgmma_wide"
     if rows is not None and rows <= 80:  # an unknown prefix gets the short-prefix choice
         min_prefix = AUTO_SEESAW_FEWEST_MIN_PREFIX if rows <= 64 else AUTO_SEESAW_FEW_MIN_PREFIX
