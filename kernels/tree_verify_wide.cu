@@ -324,7 +324,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace_kernel(1, kLastPV);
       } else {
         // ------------------------------------------------ warpgroup 0: scores, softmax, O^T[0:256]
-        float s[SV];  // S^T
+        float s[SV];  // S^T, one m64 x 72 accumulator (entries in the order of tvwide::col_of)
         // each column's reference max (log2 units), held once per t4 across its 8 lanes: column
         // index ci in md[ci / 8] of lane g = ci % 8 (18 registers would spill)
         float md[3];
@@ -339,11 +339,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         };
         clear_columns();
         auto m_of = [&](int ci) { return __shfl_sync(0xffffffffu, md[ci >> 3], (ci & 7) * 4 + t4); };
-        // entry e of S^T as one m64 x 72 accumulator (the order of tvwide::col_of)
-        auto S = [&](int e) -> float& { return s[e]; };
         auto fence_s = [&]() {
 #pragma unroll
-          for (int i = 0; i < SV; ++i) fence_operand(S(i));
+          for (int i = 0; i < SV; ++i) fence_operand(s[i]);
         };
         // S^T = K Q^T (tile) over all 576 dims in one chain (two chains of 40 and 32 columns read
         // the key tile twice), each part of the tile as it lands
@@ -378,7 +376,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           fence_s();
           if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
 #pragma unroll
-            for (int i = 0; i < SV; ++i) S(i) *= p.scale_log2;
+            for (int i = 0; i < SV; ++i) s[i] *= p.scale_log2;
           } else {
             // this thread's keys g and g + 8 (entries 4 i + 2 h + c of column 2 i + c), past the
             // part's end masked; in the tree also by each column's row of the ancestor mask, both
@@ -388,8 +386,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             if (!w.is_tree) {
 #pragma unroll
               for (int e = 0; e < SV; ++e) {
-                const float v = S(e) * p.scale_log2;
-                S(e) = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
+                const float v = s[e] * p.scale_log2;
+                s[e] = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
               }
             } else {
               const int node0 = row0 / p.H;
@@ -403,8 +401,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
                   const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
                   const bool in = tok < w.kv_len;
                   const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
-                  const float v = S(e) * p.scale_log2;
-                  S(e) = vis ? v : -INFINITY;
+                  const float v = s[e] * p.scale_log2;
+                  s[e] = vis ? v : -INFINITY;
                 }
               }
             }
@@ -415,7 +413,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           bool need = false;
 #pragma unroll
           for (int ci = 0; ci < COLS; ++ci) {
-            const float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+            const float v = fmaxf(s[4 * (ci >> 1) + (ci & 1)], s[4 * (ci >> 1) + 2 + (ci & 1)]);
             need |= v > m_of(ci) + RESCALE_SLACK;
           }
           need = __any_sync(0xffffffffu, bar_red_or(kBarWideWg0, WG, need));  // (a vote: nvcc sees it warp-uniform)
@@ -427,7 +425,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           if (need) {
 #pragma unroll
             for (int ci = 0; ci < COLS; ++ci) {
-              float v = fmaxf(S(4 * (ci >> 1) + (ci & 1)), S(4 * (ci >> 1) + 2 + (ci & 1)));
+              float v = fmaxf(s[4 * (ci >> 1) + (ci & 1)], s[4 * (ci >> 1) + 2 + (ci & 1)]);
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
               v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
@@ -464,8 +462,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           for (int ci = 0; ci < COLS; ++ci) {
             const float m_ref = m_of(ci), m_use = m_ref == -INFINITY ? 0.f : m_ref;
             const int i = ci >> 1, c = ci & 1;
-            S(4 * i + c) = tvc::score_exp2<true>(S(4 * i + c) - m_use);
-            S(4 * i + 2 + c) = tvc::score_exp2<true>(S(4 * i + 2 + c) - m_use);
+            s[4 * i + c] = tvc::score_exp2<true>(s[4 * i + c] - m_use);
+            s[4 * i + 2 + c] = tvc::score_exp2<true>(s[4 * i + 2 + c] - m_use);
           }
           // P^T[row][key] in key pairs (pt_thread), from one address plus immediates, the values
           // selected and the stores predicated: no branch between a swap and its store, so the 18
@@ -476,7 +474,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           for (int i = 0; i < SV / 4; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float v0 = S(4 * i + 2 * h), v1 = S(4 * i + 2 * h + 1);
+              const float v0 = s[4 * i + 2 * h], v1 = s[4 * i + 2 * h + 1];
               const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
               const float lo = odd ? other : v0, hi = odd ? v1 : other;
               st_shared_u32_if(pt_mine + pt_offset(8 * i, 8 * h), tvc::pack_bf16(lo, hi), !warm);
@@ -492,7 +490,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         // softmax_tile is inlined once, inside the loop; with TV_WIDE_WARM its first run (j = -2)
         // only fetches that code, while tile 0 lands (run cold, tile 0's softmax held the stream up)
 #pragma unroll
-        for (int i = 0; i < SV; ++i) S(i) = 0.f;
+        for (int i = 0; i < SV; ++i) s[i] = 0.f;
         trace(0, 0, kTop);
         // (the start is opaque: a known first iteration is peeled off, a second copy of the code)
 #pragma unroll 1
