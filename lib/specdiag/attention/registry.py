@@ -156,8 +156,8 @@ AUTO_WIDE_MIN_PREFIX = 32768
 def hopper_auto(rows: int | None, max_prefix: int | None) -> str:
     """The kernel ``auto`` picks on sm_90 for ``rows`` query rows per request and the longest
     prefix (either may be unknown: None). Needs no GPU: notebooks apply it to recordings."""
-    wide = KERNELS["wgmma_wide"].rows_per_cta
-    wide_rows = rows is not None and (64 < rows <= wide or 128 < rows <= 2 * wide)
+    wide, narrow = KERNELS["wgmma_wide"].rows_per_cta, KERNELS["wgmma_seesaw"].rows_per_cta
+    wide_rows = rows is not None and (narrow < rows <= wide or 2 * narrow < rows <= 2 * wide)
     if wide_rows and max_prefix is not None and max_prefix >= AUTO_WIDE_MIN_PREFIX:
         return "wgmma_wide"
     if rows is not None and rows <= 80:  # an unknown prefix gets the short-prefix choice
