@@ -69,15 +69,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
-#ifndef TV_WIDE_PAGES01
-#define TV_WIDE_PAGES01 0  // the loader reads tiles 0 and 1's page-table entries before tile 0's copies
-#endif
-#ifndef TV_WIDE_PF
-#define TV_WIDE_PF 0  // wg1 asks L2 for tiles 2 .. PF - 1 after Q, then for tile j + PF at its step j (0: none)
-#endif
-#ifndef TV_WIDE_PF_RAMP
-#define TV_WIDE_PF_RAMP 0  // with TV_WIDE_PF: only the tiles asked for after Q
-#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
@@ -215,21 +206,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
       int pg0[ROWS_T];
       pages_of(0, pg0);  // (warpgroup 1 loads Q meanwhile)
-#if TV_WIDE_PAGES01
-      int pg1[ROWS_T];
-      pages_of(1, pg1);  // (past the split's tiles: clamped rows, never copied)
-#endif
       int rw[ROWS_T];
       rows_from(0, pg0, rw);
       trace(2, 0, kFree);
       load_tile(0, rw);
       trace(2, 0, kIssued);
       if (n > 1) {
-#if TV_WIDE_PAGES01
-        rows_from(1, pg1, rw);
-#else
         rows_of(1, rw);
-#endif
         trace(2, 1, kFree);
         load_tile(1, rw);
         trace(2, 1, kIssued);
@@ -313,25 +296,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         cp_async_wait<0>();
         fence_proxy_async();
         bar_arrive(landed(0, 0), LANDED0_N);
-        // TV_WIDE_PF: the rows of `tile` asked of L2 (each of a row's 9 lines by one of its 8 threads)
-        const auto prefetch_tile = [&](int tile) {
-          if (TV_WIDE_PF == 0 || tile >= n) return;
-          constexpr int ROWS_T = BN / (WG / 8);
-          const int t = tid - WG, line = t & 7;
-          const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
-#pragma unroll 1
-          for (int i = 0; i < ROWS_T; ++i) {
-            const int tok = (w.tile_begin + tile) * BN + load_row<WG>(t, i);
-            const int page = runs(kSkipPages) ? tvc::key_page(p, w, tok, b) : tvc::page_of(p, tok);
-            const char* row = reinterpret_cast<const char*>(src0 + (size_t)tvc::key_source_row(p, w, tok, page) * D);
-            prefetch_l2(row + 128 * line);
-            if (line == 0) prefetch_l2(row + 128 * (NB - 1));
-          }
-        };
-#pragma unroll 1
-        for (int tile = 2; tile < TV_WIDE_PF; ++tile) prefetch_tile(tile);
         for (int j = 0; j < n; ++j) {
-          if (!TV_WIDE_PF_RAMP) prefetch_tile(j + TV_WIDE_PF);
           // past P_READY, wg0's flag says whether some column's reference moved (factor < 1): only
           // then the factors' global reads
           trace(1, j, kWaitP);
