@@ -145,6 +145,7 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
 
     rows = []
     for ctx, h, t in [
+        (8192, 8, 9),
         (16384, 8, 9),
         (32768, 8, 9),
         (32768, 8, 5),
@@ -164,8 +165,9 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
     df = pd.DataFrame(rows)
     out = analysis.with_auto(df)
     auto = out[out.impl == "native_auto"].set_index(["context", "heads", "nodes"])
-    assert len(auto) == 7 and len(out) == len(df) + 7
-    assert auto.loc[(16384, 8, 9), "kernel"] == "wgmma"  # 72 rows below a 32k prefix
+    assert len(auto) == 8 and len(out) == len(df) + 8
+    assert auto.loc[(8192, 8, 9), "kernel"] == "wgmma"  # 72 rows below a 16k prefix
+    assert auto.loc[(16384, 8, 9), "kernel"] == "wgmma_seesaw"  # 72 rows from 16k
     assert auto.loc[(32768, 8, 9), "kernel"] == "wgmma_wide"  # 72 rows from 32k
     assert auto.loc[(32768, 8, 5), "kernel"] == "wgmma"  # 40 rows: wgmma_seesaw from 64k only
     assert auto.loc[(65536, 8, 5), "kernel"] == "wgmma_seesaw"
@@ -175,8 +177,8 @@ def test_with_auto_takes_the_kernel_auto_picks_per_shape():
     assert auto.loc[(185000, 8, 65), "ms"] == 2.0 * 185000  # the picked kernel's own measurement
     assert analysis.with_auto(df[df.impl == "triton"]).equals(df[df.impl == "triton"])  # nothing to pick from
     assert analysis.with_auto(out).equals(out)  # a frame that has measured auto rows keeps them
-    lacking = df[~((df.impl == "native_wgmma") & (df.context == 16384))]  # auto's pick at 16k x 8 x 9
-    with pytest.raises(ValueError, match=r"lacks .*native_wgmma at 16384 x 8 heads x 9 nodes$"):
+    lacking = df[~((df.impl == "native_wgmma") & (df.context == 8192))]  # auto's pick at 8k x 8 x 9
+    with pytest.raises(ValueError, match=r"lacks .*native_wgmma at 8192 x 8 heads x 9 nodes$"):
         analysis.with_auto(lacking)
 
 
@@ -245,8 +247,8 @@ def test_peers_native_rows_are_what_auto_runs_now():
     rows = [
         dict(impl="native", context=185000, ms=1.10, kernel="wgmma_seesaw", splits=66, **base),
         dict(impl="native:wgmma_wide", context=185000, ms=1.02, kernel="wgmma_wide", splits=127, **base),
-        dict(impl="native", context=16384, ms=0.40, kernel="wgmma", splits=66, **base),
-        dict(impl="native:wgmma_wide", context=16384, ms=0.45, kernel="wgmma_wide", splits=64, **base),
+        dict(impl="native", context=8192, ms=0.40, kernel="wgmma", splits=66, **base),
+        dict(impl="native:wgmma_wide", context=8192, ms=0.45, kernel="wgmma_wide", splits=64, **base),
         dict(impl="flashmla", context=185000, ms=1.00, **base),
     ]
     df = pd.DataFrame(rows)
@@ -257,7 +259,7 @@ def test_peers_native_rows_are_what_auto_runs_now():
         127,
         "native:wgmma_wide",
     ]  # auto picks the wide kernel at 72 rows from 32k: its own row of the run
-    assert out.loc[("native", 16384), ["ms", "measured_as"]].tolist() == [0.40, "native"]  # as recorded
+    assert out.loc[("native", 8192), ["ms", "measured_as"]].tolist() == [0.40, "native"]  # as recorded
     assert out.loc[("flashmla", 185000), "ms"] == 1.00 and len(out) == len(df)
     assert analysis.native_as_auto_now(df, capability="12.0").equals(df)  # another GPU's recording
     with pytest.raises(ValueError, match=r"lacks .*native:wgmma_wide at 185000 x 8 heads x 9 nodes$"):

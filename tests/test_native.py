@@ -392,11 +392,15 @@ def test_auto_picks_by_capability_rows_and_prefix(monkeypatch):
     assert auto_kernel((8, 0), smem_per_block=KERNELS["mma"].smem_bytes) == "mma"
     with pytest.raises(ValueError, match="no native kernel fits 65536 bytes"):
         auto_kernel((7, 5), smem_per_block=65536)
-    # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 32k, for
+    # on sm_90, by query rows: wgmma_seesaw for up to 64 from a 64k prefix, for 65-80 from 16k, for
     # more rows from 4k (from 2048 rows at any prefix); the wgmma kernel below; wgmma_wide for 65-72
     # and 129-144 rows from 32k
     for rows, prefix, want in [
-        (72, 32767, "wgmma"),
+        (72, 16383, "wgmma"),
+        (72, 16384, "wgmma_seesaw"),
+        (80, 16383, "wgmma"),
+        (80, 16384, "wgmma_seesaw"),
+        (72, 32767, "wgmma_seesaw"),
         (72, 32768, "wgmma_wide"),
         (65, 185000, "wgmma_wide"),
         (64, 185000, "wgmma_seesaw"),

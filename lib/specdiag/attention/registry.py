@@ -145,7 +145,7 @@ PORTABLE = ("mma", "mma_k16", "mma_small")  # largest tiles first
 # auto on sm_90, by query rows per request and the longest prefix: the seesaw kernel from these
 # prefixes on, the wgmma kernel (lower fixed cost) below them
 AUTO_SEESAW_FEWEST_MIN_PREFIX = 65536  # up to 64 rows
-AUTO_SEESAW_FEW_MIN_PREFIX = 32768  # 65-80 rows
+AUTO_SEESAW_FEW_MIN_PREFIX = 16384  # 65-80 rows: data/history/wide_kernel_h100_run29.json, data/peers_h200.json
 AUTO_SEESAW_MIN_PREFIX = 4096  # more rows
 AUTO_SEESAW_MIN_ROWS = 2048  # from here at any prefix
 # the wide kernel from here, for requests of 65-72 rows (one CTA where the 64-row kernels take two)
