@@ -533,15 +533,11 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           if (g < 2) ep.red[w4][col_of(2 * i + g, t4)] = l;
         }
         bar_sync(kBarWideWg0, WG);
+        // a column's sum by one thread; its max by the lane of warp 0 that holds it (md[ci / 8] of g = ci % 8)
+        if (tid < NQ) ep.l[tid] = ep.red[0][tid] + ep.red[1][tid] + ep.red[2][tid] + ep.red[3][tid];
 #pragma unroll
-        for (int ci = 0; ci < COLS; ++ci) {
-          const float mv = m_of(ci);
-          if (w4 == 0 && g == 0) {
-            const int col = col_of(ci, t4);
-            ep.m[col] = mv;
-            ep.l[col] = ep.red[0][col] + ep.red[1][col] + ep.red[2][col] + ep.red[3][col];
-          }
-        }
+        for (int k = 0; k < 3; ++k)
+          if (w4 == 0 && 8 * k + g < COLS) ep.m[col_of(8 * k + g, t4)] = md[k];
         bar_sync(kBarWideWg0, WG);  // (warp 0 wrote them: the other three read them too)
       }
       // wg0 has left the final max and sums in Epilogue
@@ -566,13 +562,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           mine[(8 * i + c) * OUT_LD + 64 * mb + 8] = o[mb][4 * i + 2 + c];
         }
     }
+    // each column's 1 / sum in its row's pad and (warpgroup 0) its lse, one thread a column, so that
+    // the loop below has no chain of its own per column (the warp and lane anew: kept from the
+    // kernel's start, the warp index went to local memory)
+    const int etid = (int)opaque((uint32_t)tid), ew4 = (etid >> 5) & 3, elane = etid & 31, ecol = etid & (WG - 1);
+    if (ecol < cols_here) {
+      const float l = n > 0 ? ep.l[ecol] : 0.f;  // per column: sum and max (log2 units)
+      out[ecol * OUT_LD + DV / 2] = tvc::inv_sum(l);
+      if (C == 0) p.lse_part[((size_t)b * p.NS + split) * p.R + row0 + ecol] = tvc::partial_lse(n > 0 ? ep.m[ecol] : 0.f, l);
+    }
     bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
-    // (the warp and lane anew: kept from the kernel's start, the warp index went to local memory)
-    const int etid = (int)opaque((uint32_t)tid), ew4 = (etid >> 5) & 3, elane = etid & 31;
-#pragma unroll 2
+#pragma unroll 3
     for (int col = ew4; col < cols_here; col += 4) {
-      const float l = n > 0 ? ep.l[col] : 0.f;  // per column: sum and max (log2 units)
-      const float inv = tvc::inv_sum(l);
+      const float inv = out[col * OUT_LD + DV / 2];
       const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -581,7 +583,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         v.x *= inv, v.y *= inv, v.z *= inv, v.w *= inv;
         *reinterpret_cast<float4*>(p.o_part + row * DV + C * (DV / 2) + x) = v;
       }
-      if (C == 0 && elane == 0) p.lse_part[row] = tvc::partial_lse(ep.m[col], l);
     }
     trace_kernel(C, true);
   };
