@@ -69,9 +69,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
-#ifndef TV_WIDE_EPI_BULK
-#define TV_WIDE_EPI_BULK 0  // the epilogue's rows normalised in shared memory, stored by bulk copies
-#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
@@ -554,40 +551,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // columns (o_part rows) normalised, 16 bytes a lane; an empty split writes O = 0 and lse = -inf,
     // a NaN sum stays NaN. (Its code runs once, cold: the stores are few and the loop rolled.) ----
     float* const out = reinterpret_cast<float*>(C == 0 ? sm.q : sm.stage[0] + EPILOGUE_B);
-#if TV_WIDE_EPI_BULK
-    // each column's 1 / sum in its row's pad and (warpgroup 0) its lse, one thread a column; O^T / sum
-    // into shared memory; then each column's half row (1 KB) to o_part by the bulk-copy engine
-    const int etid = (int)opaque((uint32_t)tid), ecol = etid & (WG - 1);
-    float* const inv_of = out + DV / 2;  // column col's at inv_of[col * OUT_LD]
-    if (ecol < NQ) {
-      const float l = n > 0 && ecol < cols_here ? ep.l[ecol] : 0.f;  // per column: sum and max (log2 units)
-      inv_of[ecol * OUT_LD] = tvc::inv_sum(l);
-      if (C == 0 && ecol < cols_here)
-        p.lse_part[((size_t)b * p.NS + split) * p.R + row0 + ecol] = tvc::partial_lse(n > 0 ? ep.m[ecol] : 0.f, l);
-    }
-    bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
-    {
-      float* const mine = out + 2 * t4 * OUT_LD + wr + g;
-#pragma unroll
-      for (int ci = 0; ci < COLS; ++ci) {
-        const float inv = inv_of[col_of(ci, t4) * OUT_LD];
-#pragma unroll
-        for (int mb = 0; mb < MB; ++mb) {
-          const int i = ci >> 1, c = ci & 1;
-          mine[(8 * i + c) * OUT_LD + 64 * mb] = o[mb][4 * i + c] * inv;
-          mine[(8 * i + c) * OUT_LD + 64 * mb + 8] = o[mb][4 * i + 2 + c] * inv;
-        }
-      }
-    }
-    fence_proxy_async();  // the bulk copies read shared memory through the async proxy
-    bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
-    if ((etid & 31) == 0) {  // one lane a warp, its columns in turn (the copy's operands are uniform)
-      for (int col = (etid >> 5) & 3; col < cols_here; col += 4)
-        bulk_store(p.o_part + (((size_t)b * p.NS + split) * p.R + row0 + col) * DV + C * (DV / 2), smem_u32(out + col * OUT_LD), DV / 2 * 4);
-      bulk_commit();
-      bulk_wait_read<0>();  // (the shared memory stays the CTA's until the engine has read it)
-    }
-#else
     {
       float* const mine = out + 2 * t4 * OUT_LD + wr + g;
 #pragma unroll
@@ -621,7 +584,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         *reinterpret_cast<float4*>(p.o_part + row * DV + C * (DV / 2) + x) = v;
       }
     }
-#endif
     trace_kernel(C, true);
   };
   if (wg == 0) {
