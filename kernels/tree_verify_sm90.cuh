@@ -78,8 +78,6 @@ __device__ __forceinline__ void cp_async16_l2pf(uint32_t dst, const void* src, i
   if constexpr (PF == 128) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
   if constexpr (PF == 256) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// a hint: the 128-byte line holding `addr` fetched into L2
-__device__ __forceinline__ void prefetch_l2(const void* addr) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(addr)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }

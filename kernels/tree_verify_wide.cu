@@ -69,12 +69,6 @@ constexpr float RESCALE_SLACK = 64.f;
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
-#ifndef TV_WIDE_STAGGER
-#define TV_WIDE_STAGGER 0  // split s's loader starts (s % 4) x this many cycles late
-#endif
-#ifndef TV_WIDE_RAMP_PF
-#define TV_WIDE_RAMP_PF 0  // for j < this, the loader asks L2 for tile j + 2's rows once tile j + 1 has landed
-#endif
 static_assert(STAGE_B >= TILE_B && STAGE_B % 1024 == 0 && Q_B % 1024 == 0, "swizzle atoms stay 1024-byte aligned");
 
 struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte address bits
@@ -210,13 +204,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
-#if TV_WIDE_STAGGER
-      {  // splits start their copies out of step: split % 4 times TV_WIDE_STAGGER cycles late
-        const long long t0 = clock64(), wait = (long long)(split & 3) * TV_WIDE_STAGGER;
-        while (clock64() - t0 < wait) {
-        }
-      }
-#endif
       int pg0[ROWS_T];
       pages_of(0, pg0);  // (warpgroup 1 loads Q meanwhile)
       int rw[ROWS_T];
@@ -244,16 +231,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int j = 0; j + 2 < n; ++j) {
         rows_from(j + 2, pg, rw);
         if (j + 3 < n) pages_of(j + 3, pg);
-#if TV_WIDE_RAMP_PF
-        if (j < TV_WIDE_RAMP_PF) {  // (tile j + 1 has landed: in the ramp HBM idles until FREE (j))
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) {
-            const char* row = reinterpret_cast<const char*>(src0 + (size_t)rw[i] * D);
-            prefetch_l2(row + 128 * (t & 7));
-            if ((t & 7) == 0) prefetch_l2(row + 128 * (NB - 1));
-          }
-        }
-#endif
         trace(2, j + 2, kWaitFree);
         bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);
