@@ -12,6 +12,7 @@ from specdiag.bench.__main__ import main as bench_main
 from specdiag.bench.trace import (
     EVENTS,
     KERNEL_EVENTS,
+    TRACE_IMPLS,
     TRACE_TILES,
     WIDE_EVENTS,
     intervals,
@@ -39,6 +40,11 @@ def test_parse_variants():
     for bad in ("", ";", "TV_A", "TV_A=x", "1A=2", "TV_A=1,=2"):
         with pytest.raises(ValueError):
             parse_variants(bad)
+
+
+def test_trace_impls_are_the_kernels_with_a_traced_build():
+    traced = {k for k, s in KERNELS.items() if "TV_TRACE" in kernels.kernel_path(s.source).read_text()}
+    assert set(TRACE_IMPLS) == traced
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "TRACE_IMPLS",
     "TRACE_TILES",
     "TRACE_SHAPES",
     "EVENTS",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
+TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
