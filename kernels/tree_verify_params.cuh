@@ -32,8 +32,6 @@ struct VerifyParams {
   int tree_tiles_per_split;      // key tiles per tree split
   int NS;                        // splits in all
   float scale_log2;              // softmax scale * log2(e)
-  int tree_in_last;              // 1: no tree splits, the last prefix split takes the tree's tiles after its own
-                                 //    (specdiag.attention.plan; only kernels whose registry row says so)
 };
 
 }  // namespace tv

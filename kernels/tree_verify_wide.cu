@@ -153,16 +153,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = blockIdx.x * NQ;
   const int split = blockIdx.y, b = blockIdx.z;
-  // with p.tree_in_last the last prefix split takes the tree's tiles after its own: part(tile) is
-  // the work (prefix or tree) that tile `tile` of this split belongs to
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
-  const int tree_from = p.tree_in_last && split == p.n_prefix_splits - 1 ? w.n_tiles : (1 << 30);
-  const int n = tree_from < (1 << 30) ? w.n_tiles + (p.T + BN - 1) / BN : w.n_tiles;
-  const auto part = [&](int tile) {
-    tvc::SplitWork v = w;
-    if (tile >= tree_from) v.is_tree = true, v.kv_len = p.T, v.tile_begin = -tree_from;
-    return v;
-  };
+  const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * STAGE_B; };
   const auto landed = [](int tile, int part) { return kBarWideLanded + 3 * (tile & 1) + part; };
   const auto freed = [](int tile) { return kBarWideFree + (tile & 1); };
@@ -176,17 +168,14 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      // this thread's rows of tile `tile` in its part's key source, read a load ahead (with page
-      // size 1 each is its own page-table entry); past the part: row 0, and the copy zero-fills
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) {
-        const tvc::SplitWork v = part(tile);
-        tile_pages<BN, WG>(p, pg, v, (v.tile_begin + tile) * BN, t, b);
-      };
+      const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
+      // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
+      // own page-table entry); past the part: row 0, and the copy zero-fills
+      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
       auto rows_from = [&](int tile, const int (&pg)[ROWS_T], int (&rw)[ROWS_T]) {
-        const tvc::SplitWork v = part(tile);
-        const int tok0 = (v.tile_begin + tile) * BN;
+        const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, v, tok0 + load_row<WG>(t, i), pg[i]);
+        for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, w, tok0 + load_row<WG>(t, i), pg[i]);
       };
       auto rows_of = [&](int tile, int (&rw)[ROWS_T]) {
         int pg[ROWS_T];
@@ -195,16 +184,14 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       };
       // tile `tile` in PARTS cp.async groups
       auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
-        const tvc::SplitWork v = part(tile);
-        const __nv_bfloat16* const src0 = tvc::key_source(p, v, b);
-        const int tok0 = (v.tile_begin + tile) * BN;
+        const int tok0 = (w.tile_begin + tile) * BN;
         const uint32_t dst = stage(tile);
 #pragma unroll 1  // (unrolled, nvcc holds all 36 destinations in registers and spills)
         for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
           for (int i = 0; i < ROWS_T; ++i) {
             const __nv_bfloat16* src = src0 + (size_t)rw[i] * D;
-            const int bytes = tok0 + load_row<WG>(t, i) < v.kv_len ? 16 : 0;
+            const int bytes = tok0 + load_row<WG>(t, i) < w.kv_len ? 16 : 0;
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
@@ -387,8 +374,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             return;
           }
           fence_s();
-          const tvc::SplitWork wt = part(max(tile, 0));
-          if (!wt.is_tree && (wt.tile_begin + max(tile, 0) + 1) * BN <= wt.kv_len) {
+          if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
 #pragma unroll
             for (int i = 0; i < SV; ++i) s[i] *= p.scale_log2;
           } else {
@@ -396,12 +382,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             // part's end masked; in the tree also by each column's row of the ancestor mask, both
             // keys' bytes loaded unconditionally and the scores selected, not branched on (a
             // branch per load serialised their latencies)
-            const int tok0 = (wt.tile_begin + max(tile, 0)) * BN + wr + g;
-            if (!wt.is_tree) {
+            const int tok0 = (w.tile_begin + max(tile, 0)) * BN + wr + g;
+            if (!w.is_tree) {
 #pragma unroll
               for (int e = 0; e < SV; ++e) {
                 const float v = s[e] * p.scale_log2;
-                s[e] = tok0 + 8 * ((e >> 1) & 1) < wt.kv_len ? v : -INFINITY;
+                s[e] = tok0 + 8 * ((e >> 1) & 1) < w.kv_len ? v : -INFINITY;
               }
             } else {
               const int node0 = row0 / p.H;
@@ -413,7 +399,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                   const int tok = tok0 + 8 * h, e = 4 * (ci >> 1) + 2 * h + (ci & 1);
-                  const bool in = tok < wt.kv_len;
+                  const bool in = tok < w.kv_len;
                   const bool vis = in & (__ldg(mrow + (in ? tok : 0)) != 0);
                   const float v = s[e] * p.scale_log2;
                   s[e] = vis ? v : -INFINITY;

@@ -19,14 +19,7 @@ import torch
 from specdiag import kernels
 from specdiag.attention import make_verify_inputs, relative_error, tree_verify_attention_ref
 from specdiag.attention.native import NativeTreeVerify, VerifyParams
-from specdiag.attention.plan import (
-    CTA_OVERHEAD_TILES,
-    TILE_UNIT,
-    merge_groups,
-    plan_launch,
-    plan_makespan,
-    plan_makespan_tree_in_last,
-)
+from specdiag.attention.plan import CTA_OVERHEAD_TILES, TILE_UNIT, merge_groups, plan_launch, plan_makespan
 from specdiag.attention.registry import KERNELS, MERGE, KernelSpec, auto_kernel, resolve_impl
 
 HAS_NVCC = shutil.which("nvcc") is not None
@@ -270,28 +263,14 @@ ptxas info    : Used 32 registers, used 0 barriers
         kernels.parse_ptxas("nothing here")
 
 
-@pytest.mark.parametrize(
-    "spec, fold",  # the tree in CTAs of its own; where the kernel can, by the estimate or always in the last prefix split
-    [(s, f) for s in KERNELS.values() for f in ((False, None, True) if s.tree_in_last else (False,))],
-    ids=lambda x: x.name if isinstance(x, KernelSpec) else f"tree_in_last={x}",
-)
+@pytest.mark.parametrize("spec", KERNELS.values(), ids=lambda s: s.name)
 @pytest.mark.parametrize(
     "rows, nodes, prefix, batch",
     [(72, 9, 185000, 1), (16448, 257, 185000, 1), (8, 1, 0, 1), (520, 65, 33, 3), (2048, 1024, 4096, 2)],
 )
-def test_plan_covers_every_tile_once(rows, nodes, prefix, batch, spec, fold):
-    plan = plan_launch(
-        rows,
-        nodes,
-        prefix,
-        batch,
-        num_sms=132,
-        rows_per_cta=spec.rows_per_cta,
-        bn=spec.keys_per_tile,
-        tree_in_last=fold,
-    )
+def test_plan_covers_every_tile_once(rows, nodes, prefix, batch, spec):
+    plan = plan_launch(rows, nodes, prefix, batch, num_sms=132, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile)
     bn = spec.keys_per_tile
-    assert plan.tree_in_last == (fold is True and prefix > 0) or fold is None
     assert plan.bn == bn and plan.rows_per_cta == spec.rows_per_cta
     prefix_tiles = math.ceil(prefix / bn)
     covered = sorted(
@@ -306,33 +285,11 @@ def test_plan_covers_every_tile_once(rows, nodes, prefix, batch, spec, fold):
         for s in range(plan.n_tree_splits)
         for t in range(s * plan.tree_tiles_per_split, min((s + 1) * plan.tree_tiles_per_split, tree_tiles))
     )
-    assert covered == ([] if plan.tree_in_last else list(range(tree_tiles)))  # else the last prefix split's
+    assert covered == list(range(tree_tiles))
     assert plan.m_tiles * plan.rows_per_cta >= rows > (plan.m_tiles - 1) * plan.rows_per_cta
     tiles = plan.split_tiles(prefix, nodes)  # (what each CTA's split_work gives it)
     assert len(tiles) == plan.splits and sum(tiles) == prefix_tiles + tree_tiles
-    in_prefix_splits = math.ceil(prefix // 2 / bn) + (tree_tiles if plan.tree_in_last else 0)
-    assert sum(plan.split_tiles(prefix // 2, nodes)[: plan.n_prefix_splits]) == in_prefix_splits
-
-
-def test_plan_puts_the_tree_in_the_last_prefix_split_where_that_saves_a_tile():
-    """At 185k the wide kernel's 2,891 prefix tiles take 23 a split beside a tree CTA (126 + 1 CTAs)
-    and 22 over all 132 SMs with the tree in the last split; at 131k both give 16."""
-    wide = KERNELS["wgmma_wide"]
-
-    def plan(prefix, fold, rows=72):
-        return plan_launch(rows, 9, prefix, 1, 132, rows_per_cta=wide.rows_per_cta, bn=64, tree_in_last=fold)
-
-    kept, folded = plan(185000, False), plan(185000, None)
-    assert (kept.n_prefix_splits, kept.prefix_tiles_per_split, kept.n_tree_splits) == (126, 23, 1)
-    assert (folded.n_prefix_splits, folded.prefix_tiles_per_split, folded.n_tree_splits) == (132, 22, 0)
-    assert folded.tree_in_last and folded.split_tiles(185000, 9)[-1] == 2891 - 131 * 22 + 1
-    assert plan_makespan_tree_in_last(1, 2891, 22, 1, 132) < plan_makespan(1, 2891, 23, 1, 1, 132)
-    assert not plan(131072, None).tree_in_last and plan(131072, True).tree_in_last
-    assert not plan(0, True).tree_in_last  # no prefix split to take it
-    last = plan(185000, None, rows=144)  # two row blocks: 66 splits of 44 instead of 65 of 45 and 2 tree CTAs
-    assert last.tree_in_last and (last.n_prefix_splits, last.prefix_tiles_per_split) == (66, 44)
-    # a last split that would outlast the others keeps the tree CTAs: 2,048 tiles in 128 splits of 16
-    assert plan_makespan_tree_in_last(1, 2048, 16, 5, 132) > plan_makespan(1, 2048, 16, 1, 5, 132)
+    assert sum(plan.split_tiles(prefix // 2, nodes)[: plan.n_prefix_splits]) == math.ceil(prefix // 2 / bn)
 
 
 def test_makespan_model_reproduces_the_recorded_tuning_run():
@@ -585,9 +542,7 @@ def test_native_matches_float64_reference_on_gpu(impl):
 
     _needs_sm90(impl)
     results = check_native(seed=int(torch.randint(0, 10_000, (1,))), impl=impl)
-    cases = {(tuple(r["prefix_lens"]), r["nodes"], r["heads"], r["page_size"], r["tree"]) for r in results}
-    assert len(cases) == len(CHECK_CASES)
-    assert any(r["tree_in_last"] for r in results) == KERNELS[impl].tree_in_last  # both placements checked
+    assert len(results) == len(CHECK_CASES)
     for r in results:
         assert r["impl"] == impl and passed(r), r
         assert r["poisoned_slots"] > 0, r  # every case has spare pages

@@ -42,7 +42,6 @@ class VerifyParams(ctypes.Structure):
         ("tree_tiles_per_split", _I32),
         ("NS", _I32),
         ("scale_log2", ctypes.c_float),
-        ("tree_in_last", _I32),
     ]
 
 
@@ -78,9 +77,7 @@ class NativeTreeVerify:
     ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse`` float32 [B, T, H] (natural log),
     buffers reused by the next ``run()``. ``impl``: a ``registry.KERNELS`` name or ``"auto"``;
     ``prefix_splits`` overrides the plan's split count; ``defines`` are compile-time switches of
-    the kernel source (the stage ablations' ``TV_SKIP``); ``tree_in_last`` (kernels whose registry
-    row can): None lets the plan put the tree's tiles in the last prefix split where it estimates
-    that faster, True always, False never (``plan.plan_launch``).
+    the kernel source (the stage ablations' ``TV_SKIP``).
     """
 
     def __init__(
@@ -97,14 +94,11 @@ class NativeTreeVerify:
         prefix_splits=None,
         check=True,
         defines=None,
-        tree_in_last=None,
     ):
         from .. import kernels
 
         if impl != "auto":
             resolve_impl(impl)  # a bad name fails before the tensors are looked at
-        if tree_in_last not in (None, True, False):
-            raise ValueError(f"tree_in_last must be None, True or False, got {tree_in_last!r}")
         x = _validated(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, check)
         dev = x.q.device
         b, t, h, _ = x.q.shape
@@ -119,8 +113,6 @@ class NativeTreeVerify:
                 keys_per_tile=cfg.keys_per_tile,
                 smem_bytes=cfg.smem_bytes,
             )
-        if tree_in_last and not self.spec.tree_in_last:
-            raise ValueError(f"tree_in_last=True: {self.spec.name} takes the tree block in CTAs of its own")
         self.impl = self.spec.name
         self.batched = x.batched
         self.device = dev
@@ -134,7 +126,6 @@ class NativeTreeVerify:
             prefix_splits,
             rows_per_cta=self.spec.rows_per_cta,
             bn=self.spec.keys_per_tile,
-            tree_in_last=self.spec.tree_in_last and tree_in_last,
         )
         self._keep = (
             x.q.contiguous(),
@@ -169,7 +160,6 @@ class NativeTreeVerify:
             tree_tiles_per_split=plan.tree_tiles_per_split,
             NS=plan.splits,
             scale_log2=scale * math.log2(math.e),
-            tree_in_last=int(plan.tree_in_last),
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):

@@ -6,15 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = [
-    "LaunchPlan",
-    "plan_launch",
-    "plan_makespan",
-    "plan_makespan_tree_in_last",
-    "merge_groups",
-    "CTA_OVERHEAD_TILES",
-    "TILE_UNIT",
-]
+__all__ = ["LaunchPlan", "plan_launch", "plan_makespan", "merge_groups", "CTA_OVERHEAD_TILES", "TILE_UNIT"]
 
 # A CTA's fixed cost (Q load, pipeline fill, epilogue, its share of the merge) in 32-key tile
 # times, and what a tree CTA (a few tiles, launched last) adds past its own tiles: fitted to the
@@ -35,7 +27,6 @@ class LaunchPlan:
     tree_tiles_per_split: int
     bn: int  # keys per tile (the unit of the tile counts)
     rows_per_cta: int
-    tree_in_last: bool = False  # no tree splits: the last prefix split takes the tree's tiles after its own
 
     @property
     def splits(self) -> int:
@@ -46,12 +37,9 @@ class LaunchPlan:
         kernels' ``tvc::split_work``): a request shorter than the plan's longest gets empty splits."""
         prefix, tree = math.ceil(prefix_len / self.bn), math.ceil(nodes / self.bn)
         per, tree_per = self.prefix_tiles_per_split, self.tree_tiles_per_split
-        tiles = [max(0, min(per, prefix - s * per)) for s in range(self.n_prefix_splits)] + [
+        return [max(0, min(per, prefix - s * per)) for s in range(self.n_prefix_splits)] + [
             max(0, min(tree_per, tree - s * tree_per)) for s in range(self.n_tree_splits)
         ]
-        if self.tree_in_last:
-            tiles[self.n_prefix_splits - 1] += tree
-        return tiles
 
 
 def plan_makespan(
@@ -73,17 +61,6 @@ def plan_makespan(
     return waves * (per + overhead) + extra
 
 
-def plan_makespan_tree_in_last(
-    m_ctas: int, prefix_tiles: int, per: int, tree_tiles: int, num_sms: int, overhead: float = CTA_OVERHEAD_TILES
-) -> float:
-    """``plan_makespan`` with no tree CTAs: the last prefix split takes the tree's tiles after its
-    own, and may outlast the others."""
-    n = math.ceil(prefix_tiles / per)
-    last = prefix_tiles - (n - 1) * per + tree_tiles
-    waves = math.ceil(m_ctas * n / num_sms)
-    return (waves - 1) * (per + overhead) + max(per, last) + overhead
-
-
 def _tree_per(tree_tiles: int, per: int, prefix_tiles: int) -> int:
     return min(tree_tiles, max(per, 4)) if prefix_tiles else tree_tiles
 
@@ -98,14 +75,10 @@ def plan_launch(
     *,
     rows_per_cta: int = 64,
     bn: int = TILE_UNIT,
-    tree_in_last: bool | None = False,
 ) -> LaunchPlan:
     """Split-KV plan for ``rows`` query rows per request (``rows_per_cta`` to a CTA) and tiles of
     ``bn`` keys: the prefix split count minimises ``plan_makespan`` (whole waves of CTAs, each
-    split long enough to pay for a CTA's fixed cost) unless ``prefix_splits`` is given.
-    ``tree_in_last`` (for a kernel that can take both in one split): True gives the tree's tiles to
-    the last prefix split instead of CTAs of their own, None does where that is estimated faster
-    (``plan_makespan_tree_in_last``); a plan without a prefix keeps tree CTAs."""
+    split long enough to pay for a CTA's fixed cost) unless ``prefix_splits`` is given."""
     if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
         raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
     if prefix_splits is not None and prefix_splits < 1:
@@ -131,18 +104,10 @@ def plan_launch(
             cost = plan_makespan(
                 m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms, overhead=overhead
             )
-            if tree_in_last is not True and (best is None or cost < best[0]):
-                best = (cost, p, False)
-            if tree_in_last is not False:
-                cost = plan_makespan_tree_in_last(m_ctas, prefix_tiles, p, tree_tiles, num_sms, overhead=overhead)
-                if best is None or cost < best[0]:
-                    best = (cost, p, True)
-        per, folded = best[1], best[2]
+            if best is None or cost < best[0]:
+                best = (cost, p)
+        per = best[1]
         n_prefix = math.ceil(prefix_tiles / per)
-        if folded:
-            return LaunchPlan(
-                m_tiles, n_prefix, per, 0, tree_tiles, bn=bn, rows_per_cta=rows_per_cta, tree_in_last=True
-            )
     tree_per = _tree_per(tree_tiles, per, prefix_tiles)
     n_tree = math.ceil(tree_tiles / tree_per)
     return LaunchPlan(m_tiles, n_prefix, per, n_tree, tree_per, bn=bn, rows_per_cta=rows_per_cta)

@@ -35,7 +35,6 @@ class KernelSpec:
     smem_bytes: int  # dynamic shared memory per CTA (the source's Smem struct)
     ablations: bool = False  # built with TV_SKIP stage switches (specdiag.bench.ablation)
     defines: tuple[tuple[str, int], ...] = ()  # compile-time parameters of a variant of ``source``
-    tree_in_last: bool = False  # its last prefix split can take the tree's tiles too (tv::VerifyParams)
 
     @property
     def arch(self) -> str:
@@ -121,7 +120,6 @@ KERNELS = {
             "wgmma, transposed products: 72 query rows per CTA, each key read once per request (sm_90a)",
             232448,
             ablations=True,
-            tree_in_last=True,
         ),
     )
 }

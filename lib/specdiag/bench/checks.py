@@ -54,8 +54,7 @@ def passed(result: dict) -> bool:
 
 def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto", defines: dict | None = None) -> list[dict]:
     """``impl`` (built with the compile-time switches ``defines``) against the float64 reference,
-    one result per case; a kernel that can take the tree in its last prefix split is checked with
-    the tree in CTAs of its own and there (``tree_in_last`` in the result)."""
+    one result per case."""
     from ..attention.native import NativeTreeVerify
     from ..attention.reference import tree_verify_attention_ref
 
@@ -65,32 +64,27 @@ def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto", define
             lens, nodes, heads, page_size=ps, tree_shape=shape, seed=seed + i, device="cuda", q_scale=1.0
         )
         poisoned = poison_unused_slots(x["kv_pool"], x["page_table"], x["prefix_lens"])
+        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=defines)
+        for buf in (op.out, op.lse, op.o_part):
+            buf.fill_(float("nan"))
+        out, lse = op.run()
+        torch.cuda.synchronize()
+        written = bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
         ref_o, ref_l = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SOFTMAX_SCALE)
-        op = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=defines, tree_in_last=False)
-        ops = [op]
-        if op.spec.tree_in_last and op.plan.n_prefix_splits:
-            ops.append(NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=defines, tree_in_last=True))
-        for op in ops:
-            for buf in (op.out, op.lse, op.o_part):
-                buf.fill_(float("nan"))
-            out, lse = op.run()
-            torch.cuda.synchronize()
-            written = bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
-            results.append(
-                dict(
-                    impl=op.impl,
-                    **({"defines": defines} if defines else {}),
-                    prefix_lens=lens,
-                    nodes=nodes,
-                    heads=heads,
-                    page_size=ps,
-                    tree=shape,
-                    splits=op.plan.splits,
-                    tree_in_last=op.plan.tree_in_last,
-                    poisoned_slots=poisoned,
-                    all_written=written,
-                    rel_err_out=relative_error(out, ref_o),
-                    rel_err_lse=relative_error(lse, ref_l),
-                )
+        results.append(
+            dict(
+                impl=op.impl,
+                **({"defines": defines} if defines else {}),
+                prefix_lens=lens,
+                nodes=nodes,
+                heads=heads,
+                page_size=ps,
+                tree=shape,
+                splits=op.plan.splits,
+                poisoned_slots=poisoned,
+                all_written=written,
+                rel_err_out=relative_error(out, ref_o),
+                rel_err_lse=relative_error(lse, ref_l),
             )
+        )
     return results

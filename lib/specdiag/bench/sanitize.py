@@ -83,7 +83,6 @@ __all__ = [
     "SYNC_PROBE_MODES",
     "run_workload",
     "split_tiles",
-    "tree_modes",
     "sanitize",
     "probe",
 ]
@@ -100,47 +99,26 @@ def run_workload(impl: str, defines: dict[str, int] | None = None) -> None:
 
     for lens, t, h, ps, splits in WORKLOAD:
         x, _ = make_verify_inputs(lens, t, h, page_size=ps, seed=t, device="cuda")
+        out, lse = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, prefix_splits=splits, defines=defines).run()
+        torch.cuda.synchronize()
         ref, _ = tree_verify_attention_ref(**{k: v.cpu() for k, v in x.items()}, scale=SOFTMAX_SCALE)
-        for fold in tree_modes(impl):
-            op = NativeTreeVerify(
-                **x, scale=SOFTMAX_SCALE, impl=impl, prefix_splits=splits, defines=defines, tree_in_last=fold
-            )
-            out, lse = op.run()
-            torch.cuda.synchronize()
-            err = relative_error(out.cpu(), ref)
-            if err > 1e-2:
-                raise SystemExit(f"{impl} {lens} T={t} H={h} ps={ps} tree_in_last={fold}: relative error {err:.2e}")
-
-
-def tree_modes(impl: str) -> tuple[bool, ...]:
-    """The tree placements the workload runs ``impl`` with: CTAs of its own, and where the kernel can
-    take it, the last prefix split (``LaunchPlan.tree_in_last``)."""
-    from ..attention.registry import KERNELS
-
-    return (False, True) if KERNELS[impl].tree_in_last else (False,)
+        err = relative_error(out.cpu(), ref)
+        if err > 1e-2:
+            raise SystemExit(f"{impl} {lens} T={t} H={h} ps={ps}: relative error {err:.2e}")
 
 
 def split_tiles(impl: str, workload=WORKLOAD, num_sms: int = 132) -> list[int]:
     """The tile count of every (row block, split) CTA that ``impl`` runs over ``workload`` (its
-    launch plans on a GPU of ``num_sms`` SMs, with the workload's split counts and ``tree_modes``)."""
+    launch plan on a GPU of ``num_sms`` SMs, with the workload's split counts)."""
     from ..attention.plan import plan_launch
     from ..attention.registry import KERNELS
 
     spec, counts = KERNELS[impl], []
     for lens, t, h, _, splits in workload:
-        for fold in tree_modes(impl):
-            plan = plan_launch(
-                t * h,
-                t,
-                max(lens),
-                len(lens),
-                num_sms,
-                splits,
-                rows_per_cta=spec.rows_per_cta,
-                bn=spec.keys_per_tile,
-                tree_in_last=fold,
-            )
-            counts += [n for length in lens for n in plan.split_tiles(length, t)] * plan.m_tiles
+        plan = plan_launch(
+            t * h, t, max(lens), len(lens), num_sms, splits, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
+        )
+        counts += [n for length in lens for n in plan.split_tiles(length, t)] * plan.m_tiles
     return counts
 
 

@@ -233,8 +233,7 @@ def trace_wide(
 ) -> dict:
     """The wide kernel's traced build on one request: events, per-tile intervals, their medians
     over the steady tiles, and the clock at which each tile's step began (from tile 0's); of its
-    first prefix split, or with ``tree`` of the split that takes the tree block (the first past the
-    prefix's, or the last prefix split where the plan puts the tree there).
+    first prefix split, or with ``tree`` of its tree split (the first split past the prefix's).
     ``prefix_splits`` forces the plan's prefix split count (not with ``tree``)."""
     if tree and prefix_splits is not None:
         raise ValueError("tree traces the plan's own tree split: no prefix_splits")
@@ -249,22 +248,14 @@ def trace_wide(
             KERNELS["wgmma_wide"],
             torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count,
         )
-        plan = plan_launch(
-            nodes * heads,
-            nodes,
-            context,
-            1,
-            sms,
-            rows_per_cta=spec.rows_per_cta,
-            bn=spec.keys_per_tile,
-            tree_in_last=None,
-        )
-        split = plan.n_prefix_splits - 1 if plan.tree_in_last else plan.n_prefix_splits
+        split = plan_launch(
+            nodes * heads, nodes, context, 1, sms, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
+        ).n_prefix_splits
     d = {**(defines or {}), "TV_TRACE": 1, "TV_TRACE_SPLIT": split}
     op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, prefix_splits)
-    if tree and op.plan != plan:
-        raise RuntimeError(f"the traced build planned {op.plan}, not {plan}")
-    n_tiles = min(op.plan.split_tiles(context, nodes)[split], TRACE_TILES)
+    if op.plan.n_prefix_splits != split and tree:
+        raise RuntimeError(f"the traced build planned {op.plan.n_prefix_splits} prefix splits, not {split}")
+    n_tiles = min(op.plan.tree_tiles_per_split if tree else _tiles_per_split(op), TRACE_TILES)
     iv = wide_intervals(raw[:, :TRACE_TILES], n_tiles)
     top = raw[0, :n_tiles, 0].astype(np.float64)
     return dict(
