@@ -270,6 +270,11 @@ __device__ __forceinline__ void quad_sum_rows(float (&l_r)[2]) {
   }
 }
 
+// index of row `row` of request b's split `split` in lse_part (o_part: times DV)
+__device__ __forceinline__ size_t partial_row(const VerifyParams& p, int b, int split, int row) {
+  return ((size_t)b * p.NS + split) * p.R + row;
+}
+
 // 1 / l of a row sum, 0 for an empty row (l = 0); a NaN sum stays NaN: bad inputs must show
 __device__ __forceinline__ float inv_sum(float l) { return l == 0.f ? 0.f : 1.f / l; }
 // a partial row's lse in natural-log units from its max m (log2 units) and sum l; -inf when empty
@@ -288,12 +293,12 @@ __device__ __forceinline__ void write_partial_rows(const VerifyParams& p, const 
     const int grow = grow0 + g + r * 8;
     if (grow >= p.R) continue;
     const float inv = inv_sum(l_r[r]);
-    float* dst = p.o_part + (((size_t)b * p.NS + split) * p.R + grow) * tv::DV + col0 + 2 * t4;
+    float* dst = p.o_part + partial_row(p, b, split, grow) * tv::DV + col0 + 2 * t4;
 #pragma unroll
     for (int i = 0; i < NO / 4; ++i)
       *reinterpret_cast<float2*>(dst + i * 8) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
     if (write_lse && t4 == 0)
-      p.lse_part[((size_t)b * p.NS + split) * p.R + grow] = partial_lse(m_r[r], l_r[r]);
+      p.lse_part[partial_row(p, b, split, grow)] = partial_lse(m_r[r], l_r[r]);
   }
 }
 

@@ -250,7 +250,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     constexpr int C = decltype(role)::value;  // 0: S^T, softmax, O^T[0:256]; 1: O^T[256:512]
     // this CTA's rows of o_part: the column factors of tile parity x at [col][x], and whether any
     // column moved at [0][2 + x]
-    float* const scratch = p.o_part + (((size_t)b * p.NS + split) * p.R + row0) * DV;
+    float* const scratch = p.o_part + tvc::partial_row(p, b, split, row0) * DV;
     const int cols_here = min(NQ, p.R - row0);
 
     float o[MB][SV];
@@ -569,13 +569,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (ecol < cols_here) {
       const float l = n > 0 ? ep.l[ecol] : 0.f;  // per column: sum and max (log2 units)
       out[ecol * OUT_LD + DV / 2] = tvc::inv_sum(l);
-      if (C == 0) p.lse_part[((size_t)b * p.NS + split) * p.R + row0 + ecol] = tvc::partial_lse(n > 0 ? ep.m[ecol] : 0.f, l);
+      if (C == 0) p.lse_part[tvc::partial_row(p, b, split, row0) + ecol] = tvc::partial_lse(n > 0 ? ep.m[ecol] : 0.f, l);
     }
     bar_sync(C == 0 ? kBarWideWg0 : kBarWideWg1, WG);
 #pragma unroll 3
     for (int col = ew4; col < cols_here; col += 4) {
       const float inv = out[col * OUT_LD + DV / 2];
-      const size_t row = ((size_t)b * p.NS + split) * p.R + row0 + col;
+      const size_t row = tvc::partial_row(p, b, split, row0) + col;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int x = 4 * (elane + 32 * h);
