@@ -106,13 +106,25 @@ __device__ __forceinline__ bool key_visible(const VerifyParams& p, int tok, cons
   return vis;
 }
 
+// key_visible for a tree part, the mask byte loaded from a valid index and the result selected: no
+// branch per load, so that a tile's loads are in flight together rather than each waited out in turn
+__device__ __forceinline__ bool tree_key_visible(const VerifyParams& p, int tok, const SplitWork& w, int grow, int b) {
+  const bool in = tok < w.kv_len;
+  const int node = min(grow, p.R - 1) / p.H;
+  return in & (__ldg(p.tree_mask + ((size_t)b * p.T + node) * p.T + (in ? tok : 0)) != 0);
+}
+
 // visible(tok, row) for each of this thread's score slots (row 0 or 1: g or g + 8), with the
 // prefix case (no mask loads) split from the tree case up front, so that the prefix's bounds test
-// compiles to selects rather than a branch per slot.
-template <int BN, class Apply>
+// compiles to selects rather than a branch per slot. LOADS_TOGETHER: the tree through
+// tree_key_visible (the seesaw kernel keeps key_visible: with the other its loads spilled and its
+// loop ran slower; docs/kernel_notes.md, thirtieth session)
+template <int BN, bool LOADS_TOGETHER, class Apply>
 __device__ __forceinline__ void for_each_visible(const VerifyParams& p, const SplitWork& w, int grow0, int b, Apply apply) {
   if (!w.is_tree) {
     apply([&](int tok, int) { return tok < w.kv_len; });
+  } else if constexpr (LOADS_TOGETHER) {
+    apply([&](int tok, int rl) { return tree_key_visible(p, tok, w, grow0 + rl, b); });
   } else {
     apply([&](int tok, int rl) { return key_visible(p, tok, w, grow0 + rl, b); });
   }
@@ -124,7 +136,7 @@ template <int BN>
 __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN / 2], int g, int t4, int tile,
                                             const SplitWork& w, int grow0, int b) {
   const int tok0 = (w.tile_begin + tile) * BN;
-  for_each_visible<BN>(p, w, grow0, b, [&](auto visible) {
+  for_each_visible<BN, false>(p, w, grow0, b, [&](auto visible) {
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
@@ -142,7 +154,7 @@ __device__ __forceinline__ void combine_and_mask(const VerifyParams& p, float (&
                                                  int t4, int tile, const SplitWork& w, int grow0, int b) {
   constexpr int SS = s_stride<BN>();
   const int tok0 = (w.tile_begin + tile) * BN;
-  for_each_visible<BN>(p, w, grow0, b, [&](auto visible) {
+  for_each_visible<BN, true>(p, w, grow0, b, [&](auto visible) {
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
 #pragma unroll
