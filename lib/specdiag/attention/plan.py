@@ -6,7 +6,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["LaunchPlan", "plan_launch", "plan_makespan", "merge_groups", "CTA_OVERHEAD_TILES", "TILE_UNIT"]
+__all__ = [
+    "LaunchPlan",
+    "plan_launch",
+    "plan_makespan",
+    "merge_cost",
+    "merge_groups",
+    "MERGE_BYTES_PER_TILE",
+    "MERGE_FREE_BYTES",
+    "CTA_OVERHEAD_TILES",
+    "TILE_UNIT",
+]
 
 # A CTA's fixed cost (Q load, pipeline fill, epilogue, its share of the merge) in 32-key tile
 # times, and what a tree CTA (a few tiles, launched last) adds past its own tiles: fitted to the
@@ -15,6 +25,13 @@ __all__ = ["LaunchPlan", "plan_launch", "plan_makespan", "merge_groups", "CTA_OV
 TILE_UNIT = 32
 CTA_OVERHEAD_TILES = 7
 TREE_CTA_OVERHEAD_TILES = 1
+# Bytes of split partials (fp32 rows of 512) that cost one 32-key tile time past the first
+# MERGE_FREE_BYTES: in data/history/session30_h100.json (runs 9 and 10) 16 splits took 5-7 64-key
+# tile times longer than 8 at 32k x 16 x 65 (34 against 17 MB of partials), while 65 splits' 9.6 MB
+# at 4k x 8 x 9 were faster than 33 splits' (tests/test_native.py checks the plan against both runs).
+PARTIAL_ROW_BYTES = 512 * 4
+MERGE_BYTES_PER_TILE = 1.6e6
+MERGE_FREE_BYTES = 16e6
 MERGE_GROUPS_MIN_SPLITS = 16
 
 
@@ -53,12 +70,23 @@ def plan_makespan(
     tree_overhead: float = TREE_CTA_OVERHEAD_TILES,
 ) -> float:
     """Estimated kernel time in key-tile times: one CTA per SM, prefix CTAs in waves of
-    ``num_sms``, tree CTAs (launched last, short) filling the last wave's idle SMs first."""
+    ``num_sms``, tree CTAs (launched last, short) filling the last wave's idle SMs first, one after
+    another there as long as they end before its prefix CTAs (each tree CTA counted with a CTA's
+    whole fixed cost for that), the rest after it."""
     prefix_ctas = m_ctas * math.ceil(prefix_tiles / per) if prefix_tiles else 0
     waves = math.ceil(prefix_ctas / num_sms)
     free = waves * num_sms - prefix_ctas
-    extra = 0 if tree_ctas <= free else math.ceil((tree_ctas - free) / num_sms) * (tree_per + tree_overhead)
+    fit = free * max(1, math.floor(per / (tree_per + overhead))) if waves else free
+    extra = 0 if tree_ctas <= fit else math.ceil((tree_ctas - fit) / num_sms) * (tree_per + tree_overhead)
     return waves * (per + overhead) + extra
+
+
+def merge_cost(splits: int, rows: int, bn: int = TILE_UNIT) -> float:
+    """The split partials' cost in ``bn``-key tile times: ``splits`` x ``rows`` (all requests')
+    fp32 rows of 512, written by the partial kernel and read back by the merge, past the first
+    MERGE_FREE_BYTES (which L2 keeps for the merge)."""
+    excess = max(0, splits * rows * PARTIAL_ROW_BYTES - MERGE_FREE_BYTES)
+    return excess / MERGE_BYTES_PER_TILE * TILE_UNIT / bn
 
 
 def _tree_per(tree_tiles: int, per: int, prefix_tiles: int) -> int:
@@ -78,7 +106,8 @@ def plan_launch(
 ) -> LaunchPlan:
     """Split-KV plan for ``rows`` query rows per request (``rows_per_cta`` to a CTA) and tiles of
     ``bn`` keys: the prefix split count minimises ``plan_makespan`` (whole waves of CTAs, each
-    split long enough to pay for a CTA's fixed cost) unless ``prefix_splits`` is given."""
+    split long enough to pay for a CTA's fixed cost) plus ``merge_cost`` (the partials the splits
+    write) unless ``prefix_splits`` is given."""
     if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
         raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
     if prefix_splits is not None and prefix_splits < 1:
@@ -101,8 +130,9 @@ def plan_launch(
         for n in candidates:
             p = math.ceil(prefix_tiles / n)
             tp = _tree_per(tree_tiles, p, prefix_tiles)
-            cost = plan_makespan(
-                m_ctas, prefix_tiles, p, m_ctas * math.ceil(tree_tiles / tp), tp, num_sms, overhead=overhead
+            n_tree = math.ceil(tree_tiles / tp)
+            cost = plan_makespan(m_ctas, prefix_tiles, p, m_ctas * n_tree, tp, num_sms, overhead=overhead) + merge_cost(
+                math.ceil(prefix_tiles / p) + n_tree, rows * batch, bn
             )
             if best is None or cost < best[0]:
                 best = (cost, p)

@@ -1,0 +1,61 @@
+"""One side of an A/B at chosen shapes: one kernel at page size 1, timed with the lib this process
+imports (PYTHONPATH: this checkout's lib, or another revision's, e.g. a `git archive REV lib kernels`
+unpacked elsewhere). Where that lib's NativeTreeVerify takes ``tree_in_last`` (commit 927e843), both
+placements are timed.
+
+Usage (on the GPU): python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES,..."
+Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json.
+"""
+
+import inspect
+import json
+import sys
+
+import torch
+
+from specdiag.attention.native import NativeTreeVerify
+from specdiag.bench.timing import Rotation, time_rotating
+from specdiag.cost import SOFTMAX_SCALE
+
+
+def main(tag: str, path: str, impl: str, shapes: str) -> None:
+    fold_ok = "tree_in_last" in inspect.signature(NativeTreeVerify.__init__).parameters
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for sh in shapes.split(","):
+        ctx, h, t = (int(x) for x in sh.split(":"))
+        rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
+        for fold in (False, None) if fold_ok else ("-",):
+            kw = {} if fold == "-" else {"tree_in_last": fold}
+            ops = [
+                NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=impl, **kw)
+                for i in range(rot.n)
+            ]
+            plan = ops[0].plan
+            if fold is None and not plan.tree_in_last:
+                print(tag, sh, "plan keeps tree CTAs", flush=True)
+                continue
+            ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
+            rows.append(
+                dict(
+                    side=tag,
+                    impl=impl,
+                    context=ctx,
+                    heads=h,
+                    nodes=t,
+                    tree_in_last=str(fold),
+                    folded=bool(getattr(plan, "tree_in_last", False)),
+                    splits=plan.splits,
+                    per=plan.prefix_tiles_per_split,
+                    ms=min(ms),
+                    ms_runs=ms,
+                )
+            )
+            print(tag, sh, fold, plan.splits, plan.prefix_tiles_per_split, [round(m * 1e3, 1) for m in ms], flush=True)
+            del ops
+        del rot
+    json.dump(rows, open(path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

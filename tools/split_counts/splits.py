@@ -1,0 +1,64 @@
+"""impl="auto" at page size 1 with the launch plan's prefix split count and with others, one shape
+after another (the merge reads splits x rows x 2 KB of partials; tree CTAs share the idle SMs).
+
+Usage (on the GPU): python tools/split_counts/splits.py OUT.json "CTX:HEADS:NODES=N1/N2/...,..."
+Each row: the split count asked (None: the plan's), the plan that ran, do_bench medians (40 ms,
+twice, rotated inputs). Recorded: data/history/session30_h100.json, run9_splits and run10_splits
+(tests/test_native.py checks the plan against them).
+"""
+
+import json
+import sys
+
+import torch
+
+from specdiag.attention.native import NativeTreeVerify
+from specdiag.bench.timing import Rotation, time_rotating
+from specdiag.cost import SOFTMAX_SCALE
+
+
+def main(path: str, spec: str) -> None:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = []
+    for item in spec.split(","):
+        shape, counts = item.split("=")
+        ctx, h, t = (int(x) for x in shape.split(":"))
+        rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
+        for n in [None] + [int(x) for x in counts.split("/")]:
+            ops = [
+                NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, prefix_splits=n)
+                for i in range(rot.n)
+            ]
+            pl = ops[0].plan
+            ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
+            rows.append(
+                dict(
+                    context=ctx,
+                    heads=h,
+                    nodes=t,
+                    asked=n,
+                    impl=ops[0].impl,
+                    prefix_splits=pl.n_prefix_splits,
+                    per=pl.prefix_tiles_per_split,
+                    tree_splits=pl.n_tree_splits,
+                    m_tiles=pl.m_tiles,
+                    ms=min(ms),
+                    ms_runs=ms,
+                )
+            )
+            print(
+                shape,
+                n,
+                ops[0].impl,
+                pl.n_prefix_splits,
+                pl.prefix_tiles_per_split,
+                [round(m * 1e3, 1) for m in ms],
+                flush=True,
+            )
+            del ops
+        del rot
+    json.dump(rows, open(path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
