@@ -15,7 +15,6 @@ import torch
 
 from specdiag.attention.native import NativeTreeVerify
 from specdiag.bench.timing import Rotation, time_rotating
-from specdiag.cost import SOFTMAX_SCALE
 
 
 def main(tag: str, path: str, impl: str, shapes: str) -> None:
@@ -27,10 +26,7 @@ def main(tag: str, path: str, impl: str, shapes: str) -> None:
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
         for fold in (False, None) if fold_ok else ("-",):
             kw = {} if fold == "-" else {"tree_in_last": fold}
-            ops = [
-                NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, impl=impl, **kw)
-                for i in range(rot.n)
-            ]
+            ops = rot.native_ops(impl=impl, **kw)
             plan = ops[0].plan
             if fold is None and not plan.tree_in_last:
                 print(tag, sh, "plan keeps tree CTAs", flush=True)

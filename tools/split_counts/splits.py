@@ -12,9 +12,7 @@ import sys
 
 import torch
 
-from specdiag.attention.native import NativeTreeVerify
 from specdiag.bench.timing import Rotation, time_rotating
-from specdiag.cost import SOFTMAX_SCALE
 
 
 def main(path: str, spec: str) -> None:
@@ -25,10 +23,7 @@ def main(path: str, spec: str) -> None:
         ctx, h, t = (int(x) for x in shape.split(":"))
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
         for n in [None] + [int(x) for x in counts.split("/")]:
-            ops = [
-                NativeTreeVerify(**rot.inputs(i), scale=SOFTMAX_SCALE, check=False, prefix_splits=n)
-                for i in range(rot.n)
-            ]
+            ops = rot.native_ops(prefix_splits=n)
             pl = ops[0].plan
             ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
             rows.append(
