@@ -27,6 +27,8 @@ from typing import Mapping
 __all__ = [
     "kernel_names",
     "kernel_source",
+    "native_sources",
+    "sources_digest",
     "kernel_path",
     "kernel_arch",
     "arch_flags",
@@ -61,6 +63,28 @@ def _kernel_dir():
 def kernel_names() -> list[str]:
     """Names (without .cu) of every CUDA source the package ships."""
     return sorted(p.name[:-3] for p in _kernel_dir().iterdir() if p.name.endswith(".cu"))
+
+
+def native_sources() -> dict[str, bytes]:
+    """What sets a native measurement's numbers besides the machine: the CUDA sources this install
+    builds from (``kernels/<file>``) and the launch plan (``lib/specdiag/attention/plan.py``), by
+    their paths in the repository."""
+    files = {f"kernels/{p.name}": p.read_bytes() for p in _kernel_dir().iterdir() if p.name.endswith((".cu", ".cuh"))}
+    files["lib/specdiag/attention/plan.py"] = (Path(__file__).parent / "attention" / "plan.py").read_bytes()
+    return files
+
+
+def sources_digest(files: Mapping[str, bytes] | None = None) -> str:
+    """12 hex digits of the sha256 of ``files`` (path -> contents; default ``native_sources()``), in
+    path order: recordings carry it (``machine.native_digest``) and
+    ``tools/compare_revision/digest.py`` finds the commits whose sources give it."""
+    import hashlib
+
+    files = native_sources() if files is None else files
+    h = hashlib.sha256()
+    for path in sorted(files):
+        h.update(path.encode() + b"\0" + hashlib.sha256(files[path]).digest())
+    return h.hexdigest()[:12]
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([\w.\-]+)"[ \t]*$', re.M)

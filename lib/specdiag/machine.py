@@ -47,6 +47,12 @@ def machine_metadata() -> dict:
         meta["pycuda"] = getattr(pycuda, "VERSION_TEXT", None)
     except ImportError:
         meta["pycuda"] = None
+    try:  # which kernel sources and launch plan the numbers come from (specdiag.kernels.sources_digest)
+        from .kernels import sources_digest
+
+        meta["native_digest"] = sources_digest()
+    except OSError:  # pragma: no cover - an install without its sources
+        meta["native_digest"] = None
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         meta.update(
@@ -70,5 +76,16 @@ def machine_metadata() -> dict:
 
 
 def describe_machine(meta: dict) -> str:
-    keys = ("gpu", "device", "sm_count", "driver", "cuda_runtime", "torch", "triton", "pycuda", "recorded_utc")
+    keys = (
+        "gpu",
+        "device",
+        "sm_count",
+        "driver",
+        "cuda_runtime",
+        "torch",
+        "triton",
+        "pycuda",
+        "native_digest",
+        "recorded_utc",
+    )
     return ", ".join(f"{k}={meta[k]}" for k in keys if meta.get(k) is not None)
