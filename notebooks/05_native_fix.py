@@ -197,7 +197,8 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 
 # %% [markdown]
 # ## 5. Beside the real peers
-# One run on one H200, the same rotated inputs for all (`python -m specdiag.bench peers`):
+# One run on one GPU (the line above the table names it), the same rotated inputs for all
+# (`python -m specdiag.bench peers`):
 # * `sglang`: the deployment's own kernel, SGLang 0.5.23's Triton `extend_attention_fwd` loaded
 #   unmodified from its wheel and called as its Triton backend calls it in target-verify;
 # * `triton`: this workbook's imitation of it (notebook 03's baseline);
@@ -239,6 +240,18 @@ if "flashmla_sparse" in set(pdf.impl):
     print(analysis.speedup_range(pdf, "flashmla_sparse", "native", "FlashMLA's sparse prefill, page size 1 / ours"))
 for t in analysis.peer_targets(ptab):
     print(f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}")
+
+# %% [markdown]
+# Every peers recording in `data/` on the same targets: each is one run on one GPU, with the
+# kernels and plan of its day (`sources`: `machine.native_digest`;
+# `python tools/compare_revision/digest.py data/RECORDING` lists the commits that give it).
+
+# %%
+recordings = {p.name: data.load_json(p.name) for p in sorted(data.data_dir().glob("peers_*.json"))}
+for _, rec in analysis.targets_by_recording(recordings).iterrows():
+    print(f"{rec.recording} ({rec.gpu}, {rec.recorded}, sources {rec.sources}):")
+    for target, standing in rec.iloc[4:].items():
+        print(f"  {target}: {standing}")
 
 # %%
 fig = plots.peers_vs_context(pdf, heads, nodes, source=data.provenance(peers_doc))

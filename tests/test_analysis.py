@@ -273,3 +273,18 @@ def test_recorded_peers_give_the_wide_kernel_at_the_deployments_shape():
     assert at.loc["native", "kernel"] == at.loc["native:wgmma_wide", "kernel"] == "wgmma_wide"
     raw = data.sweep_frame(doc)  # what auto ran when recorded, kept in the file
     assert set(raw[raw.impl == "native"].kernel) >= {"wgmma_seesaw"}
+
+
+def test_every_peers_recording_stands_on_the_same_targets():
+    docs = {name: data.load_json(name) for name in ("peers_h200.json", "peers_h100.json")}
+    t = analysis.targets_by_recording(docs).set_index("recording")
+    goals = [
+        g["target"] for g in analysis.peer_targets(analysis.peer_table(analysis.peers_frame(docs["peers_h200.json"])))
+    ]
+    assert list(t.columns) == ["gpu", "recorded", "sources", *goals] and len(goals) == 3
+    assert t.loc["peers_h200.json", "gpu"] == "NVIDIA H200" and "H100" in t.loc["peers_h100.json", "gpu"]
+    assert (t.sources == "not recorded").all()  # both older than machine.native_digest
+    h200 = t.loc["peers_h200.json", goals[1]]  # the deployment's shape, as the README's table has it
+    assert h200.startswith("93.1 us") and not h200.startswith("met")
+    doc = dict(docs["peers_h100.json"], machine=dict(docs["peers_h100.json"]["machine"], native_digest="0123456789ab"))
+    assert analysis.targets_by_recording({"x": doc}).sources.tolist() == ["0123456789ab"]

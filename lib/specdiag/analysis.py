@@ -19,6 +19,7 @@ __all__ = [
     "PEER_TARGETS",
     "peer_table",
     "peer_targets",
+    "targets_by_recording",
     "results_markdown",
     "variant_table",
     "variant_summary",
@@ -226,6 +227,27 @@ def peer_targets(table, targets: dict = PEER_TARGETS) -> list[dict]:
             )
         )
     return out
+
+
+def targets_by_recording(docs: dict, targets: dict = PEER_TARGETS):
+    """One row per peers recording (``docs``: name -> document): its GPU, date and sources
+    (``machine.native_digest``; "not recorded" in recordings older than it), then where it stands on each
+    target (a column per ``peer_targets`` text, "met: " in front where it is met)."""
+    import pandas as pd
+
+    rows = []
+    for name, doc in docs.items():
+        m = doc.get("machine", {})
+        row = dict(
+            recording=name,
+            gpu=m.get("gpu", "?"),
+            recorded=(m.get("recorded_utc") or "?")[:10],
+            sources=m.get("native_digest") or "not recorded",
+        )
+        for t in peer_targets(peer_table(peers_frame(doc)), targets):
+            row[t["target"]] = ("met: " if t["met"] else "") + t["measured"]
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def results_markdown(peers_doc: dict, shape=PEER_TARGETS["deployment"], layers: int = LAYERS) -> str:
