@@ -197,7 +197,7 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 
 # %% [markdown]
 # ## 5. Beside the real peers
-# One run on one GPU (the line above the table names it), the same rotated inputs for all
+# One run on one GPU (the first line of the output below names it), the same rotated inputs for all
 # (`python -m specdiag.bench peers`):
 # * `sglang`: the deployment's own kernel, SGLang 0.5.23's Triton `extend_attention_fwd` loaded
 #   unmodified from its wheel and called as its Triton backend calls it in target-verify;
