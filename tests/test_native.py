@@ -343,12 +343,12 @@ def test_plan_picks_a_split_count_near_the_fastest_measured():
     them took 1.085x at 32k x 16 x 65 (15 splits, 34 MB of partials, against 7)."""
     runs = json.loads((ROOT / "data" / "history" / "session30_h100.json").read_text())
     best = {}
-    for r in runs["run9_splits"] + runs["run10_splits"]:
-        times = best.setdefault((r["context"], r["heads"], r["nodes"]), {})
+    for r in runs["run9_splits"] + runs["run10_splits"]:  # (the kernel auto ran then, recorded per row)
+        times = best.setdefault((r["context"], r["heads"], r["nodes"], r["impl"]), {})
         times[r["prefix_splits"]] = min(times.get(r["prefix_splits"], math.inf), r["ms"])
     assert len(best) == 16
-    for (ctx, heads, nodes), times in best.items():
-        spec = KERNELS[auto_kernel((9, 0), heads * nodes, ctx)]
+    for (ctx, heads, nodes, impl), times in best.items():
+        spec = KERNELS[impl]
         n = plan_launch(
             heads * nodes, nodes, ctx, 1, 132, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
         ).n_prefix_splits
