@@ -26,9 +26,8 @@ TILE_UNIT = 32
 CTA_OVERHEAD_TILES = 7
 TREE_CTA_OVERHEAD_TILES = 1
 # Bytes of split partials (fp32 rows of 512) that cost one 32-key tile time past the first
-# MERGE_FREE_BYTES: in data/history/session30_h100.json (runs 9 and 10) 16 splits took 5-7 64-key
-# tile times longer than 8 at 32k x 16 x 65 (34 against 17 MB of partials), while 65 splits' 9.6 MB
-# at 4k x 8 x 9 were faster than 33 splits' (tests/test_native.py checks the plan against both runs).
+# MERGE_FREE_BYTES (what L2 keeps for the merge): fitted to the H100 split-count runs of
+# data/history/session30_h100.json (runs 9 and 10; tests/test_native.py checks the plan against them).
 PARTIAL_ROW_BYTES = 512 * 4
 MERGE_BYTES_PER_TILE = 1.6e6
 MERGE_FREE_BYTES = 16e6
