@@ -101,8 +101,10 @@ def main(argv=None) -> int:
 
             takes = TRACE_IMPLS if a.mode == "trace" else tuple(STALL_IMPLS)
             if a.impl not in ("auto", *takes):
-                got = f"got {a.impl}"
-                print(f"bad --impl: {a.mode} takes {' or '.join(takes)} (auto: wgmma_seesaw), {got}", file=sys.stderr)
+                print(
+                    f"bad --impl: {a.mode} takes {' or '.join(takes)} (auto: wgmma_seesaw), got {a.impl}",
+                    file=sys.stderr,
+                )
                 return 2
         if a.mode == "trace" and a.tree_split and a.prefix_splits is not None:
             print("bad --prefix-splits: --tree-split traces the plan's own tree split", file=sys.stderr)
