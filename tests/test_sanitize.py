@@ -56,9 +56,10 @@ def test_racecheck_probe_compiles(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-def test_evict_last_probe_builds_both_copy_forms(tmp_path):
-    """tests/cuda/evict_last_probe.cu (data/history/evict_last_probe_h200.json) builds, and both
-    its modes (plain, and with an L2 cache-policy operand) become 256-byte-prefetch copies."""
+def test_evict_last_probe_builds_its_three_copy_forms(tmp_path):
+    """tests/cuda/evict_last_probe.cu (data/history/evict_last_probe_h200.json) builds, and its
+    modes become 256-byte-prefetch copies: plain, with an L2 policy and the shared address split
+    into register + uniform register (the form that faults), and with the address one register."""
     from specdiag import kernels
 
     src = Path(__file__).parent / "cuda" / "evict_last_probe.cu"
@@ -74,7 +75,10 @@ def test_evict_last_probe_builds_both_copy_forms(tmp_path):
         pytest.skip("no cuobjdump")
     sass = subprocess.run([exe, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     copies = [ln for ln in sass.splitlines() if "LDGSTS" in ln]
-    assert len(copies) == 2 and all("LTC256B" in ln for ln in copies)
+    assert len(copies) == 3 and all("LTC256B" in ln for ln in copies)
+    dsts = sorted(re.search(r"LDGSTS\S* \[([^\]]*)\]", ln).group(1) for ln in copies)
+    assert sum("+UR" in d for d in dsts) == 1, dsts  # the policy copy as ptxas splits it
+    assert sum(re.fullmatch(r"R\d+", d) is not None for d in dsts) == 2, dsts
 
 
 def test_probe_modes_are_the_probes_own():
