@@ -8,9 +8,7 @@
 //     tile's P from registers, the other's from shared memory;
 //   * warpgroup 2 loads Q, then each tile into its stage once both math warpgroups are done with
 //     the tile before; a tile lands in 3 parts of 3 column blocks, each completing its own
-//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part. In a tree split it
-//     also writes each row's visible keys of the tile as bits (the mask bytes' latency stays off
-//     the math's path) before a second arrival on the tile's last part.
+//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part.
 // P (t) goes where tile t's dims 512..575 were: only Q K^T (t) reads them, and P V reads dims
 // 0..511 only, so each stage carries its own P and Q plus two stages fit.
 //
@@ -31,10 +29,6 @@
 
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
-#endif
-
-#ifndef TV_EVICT_LAST
-#define TV_EVICT_LAST 0  // 1: the tiles' cp.async tag their lines evict-last in L2 (FlashMLA's sparse loader)
 #endif
 
 namespace tvsee {
@@ -76,7 +70,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
-  uint32_t vis[STAGES][2 * BM];   // tree splits, [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of the tile
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
@@ -137,9 +130,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
   if (tid == 0) {
-    // the loader's 128 threads arrive per tile and part once their copies land (cp.async.mbarrier.arrive);
-    // in a tree split, on the last part also once the tile's bits are out (mbarrier.arrive)
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, w.is_tree && i % PARTS == PARTS - 1 ? 2 * WG : WG);
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
     mbar_fence_init();
   }
   __syncthreads();  // the only CTA-wide barrier
@@ -153,10 +144,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
-      const uint64_t policy = TV_EVICT_LAST ? l2_evict_last() : 0;
       auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
         const int tok0 = (w.tile_begin + tile) * BN;
-        const uint32_t base = TV_EVICT_LAST ? unsplit(stage(tile)) : stage(tile);
         const __nv_bfloat16* src[ROWS_T];
         int bytes[ROWS_T];
 #pragma unroll
@@ -168,48 +157,19 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
               const int chunk = load_chunk(t, c);
-              const uint32_t dst = base + tile_offset(BN, load_row<WG>(t, i), chunk);
-              if constexpr (!runs(kSkipLoads)) {
-              } else if constexpr (TV_EVICT_LAST) {
-                cp_async16_policy<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i], policy);
-              } else {
-                cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
-              }
+              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
+              if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
             }
           cp_async_mbar_arrive(full(tile, part));
-        }
-      };
-      // tree splits: thread t writes the visible keys of row t / 2 among keys 32 (t % 2) .. of
-      // `tile` as the bits of one word (8 byte loads in flight at a time)
-      auto tree_bits = [&](int tile) {
-        const uint8_t* mask_row = p.tree_mask + ((size_t)b * p.T + min(row0 + t / 2, p.R - 1) / p.H) * p.T;
-        const int k0 = (w.tile_begin + tile) * BN + 32 * (t & 1);
-        uint32_t bits = 0;
-#pragma unroll
-        for (int k = 0; k < 32; k += 8) {
-          uint8_t v[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = __ldg(mask_row + (k0 + k + j < p.T ? k0 + k + j : 0));
-#pragma unroll
-          for (int j = 0; j < 8; ++j) bits |= (uint32_t)((k0 + k + j < p.T) & (v[j] != 0)) << (k + j);
-        }
-        sm.vis[tile & 1][t] = bits;
-      };
-      // a tile's copies, then (tree splits) its bits and the last part's second arrival
-      auto load = [&](int tile, const int (&pg)[ROWS_T]) {
-        load_tile(tile, pg);
-        if (w.is_tree) {
-          tree_bits(tile);
-          mbar_arrive(full(tile, PARTS - 1));
         }
       };
       load_q<BM, WG>(p, sQ, t, b, row0);
       int pg[ROWS_T];
       pages_of(0, pg);
-      load(0, pg);
+      load_tile(0, pg);
       if (n > 1) {
         pages_of(1, pg);
-        load(1, pg);
+        load_tile(1, pg);
       }
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
@@ -218,7 +178,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
-        load(j + 2, pg);
+        load_tile(j + 2, pg);
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
@@ -313,13 +273,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
       } else if constexpr (runs(kSkipSoftmax)) {
-        // a tree tile: the loader's bits (written before its arrival on the last part); the
-        // prefix's last tile: its first kv_len - tok0 (1 .. 63) keys. Selected, not branched.
-        const uint64_t tail = (1ull << (w.kv_len - (w.tile_begin + t) * BN)) - 1;
-        const uint64_t* vis = reinterpret_cast<const uint64_t*>(sm.vis[t & 1]);
-        const uint64_t vis0 = w.is_tree ? vis[wr + g] : tail;
-        const uint64_t vis1 = w.is_tree ? vis[wr + g + 8] : tail;
-        tvc::mask_scores_bits<BN>(p, s, vis0, vis1, t4);
+        tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
       }
       bool rescale = false;
       if constexpr (runs(kSkipSoftmax)) {

@@ -78,26 +78,6 @@ __device__ __forceinline__ void cp_async16_l2pf(uint32_t dst, const void* src, i
   if constexpr (PF == 128) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
   if constexpr (PF == 256) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// an L2 policy that keeps the lines it tags past others (createpolicy, fraction 1)
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// cp_async16_l2pf whose lines carry `policy` in L2. `dst` must be one non-uniform register: where
-// ptxas splits it into register + uniform register it reuses the policy's uniform pair for the
-// base (nvcc 12.4-13.0), and the copy faults (tests/cuda/evict_last_probe.cu); see unsplit()
-template <int PF>
-__device__ __forceinline__ void cp_async16_policy(uint32_t dst, const void* src, int src_bytes, uint64_t policy) {
-  static_assert(PF == 0 || PF == 256, "with a policy: no L2 prefetch size or 256 bytes");
-  if constexpr (PF == 0)
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(src_bytes), "l"(policy));
-  if constexpr (PF == 256)
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src), "r"(src_bytes), "l"(policy));
-}
-// x ^ 0 with the 0 taken from the thread index, so ptxas keeps x (and sums built on it) out of
-// uniform registers
-__device__ __forceinline__ uint32_t unsplit(uint32_t x) { return x ^ (threadIdx.x >> 16); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -274,14 +254,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "{\n.reg .pred done;\nWAIT_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-// arrive on `bar` (release: this thread's shared-memory writes so far are seen by its waiters)
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// arrive on `bar` (release: this thread's shared-memory writes so far are seen by its waiters)
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // arrive on `bar` once every cp.async this thread issued so far has landed (counts as one of
 // the arrivals the barrier was initialised with)
