@@ -8,9 +8,7 @@
 //     tile's P from registers, the other's from shared memory;
 //   * warpgroup 2 loads Q, then each tile into its stage once both math warpgroups are done with
 //     the tile before; a tile lands in 3 parts of 3 column blocks, each completing its own
-//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part. In a tree split it
-//     also writes each row's visible keys of the tile as bits (the mask bytes' latency stays off
-//     the math's path) and hands them to the tile's owner (named barrier VIS of the stage).
+//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part.
 // P (t) goes where tile t's dims 512..575 were: only Q K^T (t) reads them, and P V reads dims
 // 0..511 only, so each stage carries its own P and Q plus two stages fit.
 //
@@ -72,7 +70,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
-  uint32_t vis[STAGES][2 * BM];   // tree splits, [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of the tile
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
@@ -166,29 +163,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           cp_async_mbar_arrive(full(tile, part));
         }
       };
-      // tree splits: thread t writes the visible keys of row t / 2 among keys 32 (t % 2) .. of
-      // `tile` as the bits of one word (8 byte loads in flight at a time)
-      auto tree_bits = [&](int tile) {
-        const int k0 = (w.tile_begin + tile) * BN + 32 * (t & 1), left = p.T - k0;  // keys k < left exist
-        const uint8_t* m = p.tree_mask + ((size_t)b * p.T + min(row0 + t / 2, p.R - 1) / p.H) * p.T + k0;
-        uint32_t bits = 0;
-#pragma unroll
-        for (int k = 0; k < 32; k += 8) {
-          uint8_t v[8];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = __ldg(m + (k + j < left ? k + j : 0));
-#pragma unroll
-          for (int j = 0; j < 8; ++j) bits |= (uint32_t)((k + j < left) & (v[j] != 0)) << (k + j);
-        }
-        sm.vis[tile & 1][t] = bits;
-      };
-      // (tree splits) the bits handed to the tile's owner: stage s, math warpgroup s
-      auto bits = [&](int tile) {
-        if (w.is_tree) {
-          tree_bits(tile);
-          bar_arrive((tile & 1) ? kBarVis1 : kBarVis0, 2 * WG);
-        }
-      };
       load_q<BM, WG>(p, sQ, t, b, row0);
       int pg[ROWS_T];
       pages_of(0, pg);
@@ -197,8 +171,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(1, pg);
         load_tile(1, pg);
       }
-      bits(0);  // (after both tiles' copies: tile 1's would wait for these loads)
-      if (n > 1) bits(1);
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
@@ -207,7 +179,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
-        bits(j + 2);
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
@@ -302,14 +273,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
       } else if constexpr (runs(kSkipSoftmax)) {
-        // a tree tile: the loader's bits; the prefix's last tile: its first kv_len - tok0 (1 .. 63)
-        // keys. Selected, not branched.
-        if (w.is_tree) bar_sync(C ? kBarVis1 : kBarVis0, 2 * WG);
-        const uint64_t tail = (1ull << (w.kv_len - (w.tile_begin + t) * BN)) - 1;
-        const uint64_t* vis = reinterpret_cast<const uint64_t*>(sm.vis[t & 1]);
-        const uint64_t vis0 = w.is_tree ? vis[wr + g] : tail;
-        const uint64_t vis1 = w.is_tree ? vis[wr + g + 8] : tail;
-        tvc::mask_scores_bits<BN>(p, s, vis0, vis1, t4);
+        tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
       }
       bool rescale = false;
       if constexpr (runs(kSkipSoftmax)) {

@@ -106,7 +106,7 @@ KERNELS = {
             64,
             "native_seesaw",
             "wgmma seesaw: two math warpgroups take turns, one loads (sm_90a)",
-            225280,
+            224256,
             ablations=True,
         ),
         KernelSpec(
