@@ -3,7 +3,8 @@ imports (PYTHONPATH: this checkout's lib, or another revision's, e.g. a `git arc
 unpacked elsewhere). Where that lib's NativeTreeVerify takes ``tree_in_last`` (commit 927e843), both
 placements are timed.
 
-Usage (on the GPU): python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES,..."
+Usage (on the GPU): python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES[:SPLITS],..."
+(SPLITS: the prefix split count, in place of the plan's).
 Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json.
 """
 
@@ -22,10 +23,12 @@ def main(tag: str, path: str, impl: str, shapes: str) -> None:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for sh in shapes.split(","):
-        ctx, h, t = (int(x) for x in sh.split(":"))
+        ctx, h, t, *splits = (int(x) for x in sh.split(":"))
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
         for fold in (False, None) if fold_ok else ("-",):
             kw = {} if fold == "-" else {"tree_in_last": fold}
+            if splits:
+                kw["prefix_splits"] = splits[0]
             ops = rot.native_ops(impl=impl, **kw)
             plan = ops[0].plan
             if fold is None and not plan.tree_in_last:
