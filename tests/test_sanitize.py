@@ -57,9 +57,9 @@ def test_racecheck_probe_compiles(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_evict_last_probe_builds_its_three_copy_forms(tmp_path):
-    """tests/cuda/evict_last_probe.cu (data/history/evict_last_probe_h200.json) builds, and its
-    modes become 256-byte-prefetch copies: plain, with an L2 policy and the shared address split
-    into register + uniform register (the form that faults), and with the address one register."""
+    """tests/cuda/evict_last_probe.cu builds, and its modes become 256-byte-prefetch copies: plain,
+    with an L2 policy and the shared address split into register + uniform register (the form
+    that faults on the GPU), and with the address one register (the form that runs)."""
     from specdiag import kernels
 
     src = Path(__file__).parent / "cuda" / "evict_last_probe.cu"

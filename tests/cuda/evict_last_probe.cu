@@ -1,9 +1,11 @@
 // Does cp.async with an L2 evict-last policy (FlashMLA's sparse prefill loader) run on this GPU?
 // Each thread copies 16 bytes into shared memory, half of them zero-filled (src-size 0), and the
 // block writes them back. Modes: plain (cp.async .L2::256B), policy (.L2::cache_hint with
-// createpolicy.fractional.L2::evict_last), unsplit (policy, the shared address kept in one register:
-// split into register + uniform register, ptxas gives the base the policy's uniform register).
-// Prints "<mode>: <n> wrong" and exits 1 if any.
+// createpolicy.fractional.L2::evict_last), unsplit (policy, the shared address kept in one register;
+// split into register + uniform register, as ptxas 12.4-13.0 do, the base appears in the SASS to
+// take the uniform register the policy's descriptor was built in, and the copy faults).
+// Prints "<mode>: <n> wrong" and exits 1 if any. Runs: data/history/evict_last_probe_h200.json
+// (plain, policy), data/history/session31_h100.json run1_probe (all three).
 #include <cstdio>
 #include <cstring>
 #include <stdint.h>

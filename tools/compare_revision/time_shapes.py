@@ -5,7 +5,8 @@ placements are timed.
 
 Usage (on the GPU): python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES[:SPLITS],..."
 (SPLITS: the prefix split count, in place of the plan's).
-Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json.
+Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json,
+session31_h100.json.
 """
 
 import inspect
