@@ -8,7 +8,9 @@
 //     tile's P from registers, the other's from shared memory;
 //   * warpgroup 2 loads Q, then each tile into its stage once both math warpgroups are done with
 //     the tile before; a tile lands in 3 parts of 3 column blocks, each completing its own
-//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part.
+//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part. TV_TREE_BITS=1: in a
+//     tree split it also writes each row's visible keys of the tile as bits and hands them to the
+//     tile's owner (named barrier VIS of the stage), which masks from them.
 // P (t) goes where tile t's dims 512..575 were: only Q K^T (t) reads them, and P V reads dims
 // 0..511 only, so each stage carries its own P and Q plus two stages fit.
 //
@@ -27,6 +29,9 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
+#ifndef TV_TREE_BITS
+#define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
+#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -64,6 +69,12 @@ static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T
 static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
+template <bool ON>
+struct TreeVis {};  // (empty: the default build's layout and size are unchanged)
+template <>
+struct TreeVis<true> {
+  uint32_t vis[STAGES][2 * BM];  // [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of a tree tile
+};
 struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];
   uint8_t stage[STAGES][TILE_B];  // its rope block holds the tile's P once Q K^T is done
@@ -71,6 +82,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
+  TreeVis<TV_TREE_BITS> tree;     // TV_TREE_BITS=1 only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -110,6 +122,8 @@ TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r,
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
+// (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
+template <bool TREE_BITS = TV_TREE_BITS>
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
@@ -163,6 +177,28 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           cp_async_mbar_arrive(full(tile, part));
         }
       };
+      // tree splits (TV_TREE_BITS=1): thread t writes the visible keys of row t / 2 among keys
+      // 32 (t % 2) .. of `tile` as the bits of one word (8 byte loads in flight at a time), then
+      // hands them to the tile's owner (stage s: math warpgroup s)
+      auto bits = [&](int tile) {
+        if constexpr (TREE_BITS) {
+          if (w.is_tree) {
+            const int k0 = (w.tile_begin + tile) * BN + 32 * (t & 1), left = p.T - k0;  // keys k < left exist
+            const uint8_t* m = p.tree_mask + ((size_t)b * p.T + min(row0 + t / 2, p.R - 1) / p.H) * p.T + k0;
+            uint32_t word = 0;
+#pragma unroll
+            for (int k = 0; k < 32; k += 8) {
+              uint8_t v[8];
+#pragma unroll
+              for (int j = 0; j < 8; ++j) v[j] = __ldg(m + (k + j < left ? k + j : 0));
+#pragma unroll
+              for (int j = 0; j < 8; ++j) word |= (uint32_t)((k + j < left) & (v[j] != 0)) << (k + j);
+            }
+            reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree).vis[tile & 1][t] = word;
+            bar_arrive((tile & 1) ? kBarVis1 : kBarVis0, 2 * WG);
+          }
+        }
+      };
       load_q<BM, WG>(p, sQ, t, b, row0);
       int pg[ROWS_T];
       pages_of(0, pg);
@@ -171,6 +207,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         pages_of(1, pg);
         load_tile(1, pg);
       }
+      bits(0);  // (after both tiles' copies: tile 1's would wait for these loads)
+      if (n > 1) bits(1);
       for (int j = 0; j + 2 < n; ++j) {
         pages_of(j + 2, pg);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
@@ -179,6 +217,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, pg);
+        bits(j + 2);
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
@@ -272,6 +311,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
+      } else if constexpr (runs(kSkipSoftmax) && TREE_BITS) {
+        // a tree tile: the loader's bits; the prefix's last tile: its first kv_len - tok0 (1 .. 63)
+        // keys. Selected, not branched (a branch here serialised the wgmmas, C7512).
+        if (w.is_tree) bar_sync(C ? kBarVis1 : kBarVis0, 2 * WG);
+        const uint64_t tail = (1ull << (w.kv_len - (w.tile_begin + t) * BN)) - 1;
+        const uint64_t* vis = reinterpret_cast<const uint64_t*>(reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree).vis[t & 1]);
+        tvc::mask_scores_bits<BN>(p, s, w.is_tree ? vis[wr + g] : tail, w.is_tree ? vis[wr + g + 8] : tail, t4);
       } else if constexpr (runs(kSkipSoftmax)) {
         tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
       }

@@ -151,6 +151,8 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
+  kBarVis0 = 6,    // seesaw, tree splits: a stage-0 tile's visible-key bits out (loader -> math warpgroup 0)
+  kBarVis1 = 7,    // seesaw, tree splits: the same for stage 1 (loader -> math warpgroup 1)
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
   kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile, its factors and the "moved" flag out (wg0 -> wg1)

@@ -557,6 +557,21 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     assert ldg(no_pages) < ldg(full) and no_pages.count("LDGSTS") == full.count("LDGSTS")
 
 
+@pytest.mark.sass
+def test_seesaw_tree_bits_is_a_variant_apart():
+    """TV_TREE_BITS=1 (the seesaw kernel's tree tiles masked from bits the loader writes;
+    data/history/session31_h100.json run8) builds without spills or a serialised wgmma pipeline,
+    hands the bits over on named barriers 6 and 7 and takes 1 KB more shared memory; the
+    default build has none of it (its SASS is the one before the switch: tools/compare_revision/sass.py)."""
+    spec = KERNELS["wgmma_seesaw"]
+    f = kernels.nvcc_check(spec.source, defines={"TV_TREE_BITS": 1})[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+    on, off = kernels.sass(spec.source, defines={"TV_TREE_BITS": 1}), kernels.sass(spec.source)
+    vis = r"BAR\.(?:SYNC\.DEFER_BLOCKING|ARV) 0x[67], 0x100"
+    assert len(re.findall(vis, on)) == 4 and not re.findall(vis, off)
+    assert kernels.ptx_config(spec.source, defines={"TV_TREE_BITS": 1}).smem_bytes == spec.smem_bytes + 1024
+
+
 def test_ablation_refuses_kernels_without_switches():
     from specdiag.bench.ablation import ablate
 

@@ -3,8 +3,9 @@ imports (PYTHONPATH: this checkout's lib, or another revision's, e.g. a `git arc
 unpacked elsewhere). Where that lib's NativeTreeVerify takes ``tree_in_last`` (commit 927e843), both
 placements are timed.
 
-Usage (on the GPU): python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES[:SPLITS],..."
-(SPLITS: the prefix split count, in place of the plan's).
+Usage (on the GPU):
+  python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES[:SPLITS],..." [DEFINES]
+(SPLITS: the prefix split count, in place of the plan's; DEFINES: the kernel's -D switches, "NAME=INT,...").
 Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json,
 session31_h100.json.
 """
@@ -19,7 +20,8 @@ from specdiag.attention.native import NativeTreeVerify
 from specdiag.bench.timing import Rotation, time_rotating
 
 
-def main(tag: str, path: str, impl: str, shapes: str) -> None:
+def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None:
+    switches = {k: int(v) for k, v in (d.split("=") for d in defines.split(",") if d)}
     fold_ok = "tree_in_last" in inspect.signature(NativeTreeVerify.__init__).parameters
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -30,6 +32,8 @@ def main(tag: str, path: str, impl: str, shapes: str) -> None:
             kw = {} if fold == "-" else {"tree_in_last": fold}
             if splits:
                 kw["prefix_splits"] = splits[0]
+            if switches:
+                kw["defines"] = switches
             ops = rot.native_ops(impl=impl, **kw)
             plan = ops[0].plan
             if fold is None and not plan.tree_in_last:
@@ -40,6 +44,7 @@ def main(tag: str, path: str, impl: str, shapes: str) -> None:
                 dict(
                     side=tag,
                     impl=impl,
+                    defines=switches,
                     context=ctx,
                     heads=h,
                     nodes=t,
@@ -58,4 +63,4 @@ def main(tag: str, path: str, impl: str, shapes: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
