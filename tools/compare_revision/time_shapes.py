@@ -21,12 +21,18 @@ from specdiag.bench.timing import Rotation, time_rotating
 
 
 def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None:
-    switches = {k: int(v) for k, v in (d.split("=") for d in defines.split(",") if d)}
+    try:
+        switches = {k: int(v) for k, v in (d.split("=") for d in defines.split(",") if d)}
+        shape_list = [[int(x) for x in sh.split(":")] for sh in shapes.split(",")]
+    except ValueError:
+        form = "SHAPES are CTX:HEADS:NODES[:SPLITS],... and DEFINES NAME=INT,..."
+        raise SystemExit(f"time_shapes: {form}; got {shapes!r} {defines!r}") from None
+    if any(len(sh) not in (3, 4) for sh in shape_list):
+        raise SystemExit(f"time_shapes: each shape is CTX:HEADS:NODES[:SPLITS], got {shapes!r}")
     fold_ok = "tree_in_last" in inspect.signature(NativeTreeVerify.__init__).parameters
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for sh in shapes.split(","):
-        ctx, h, t, *splits = (int(x) for x in sh.split(":"))
+    for sh, (ctx, h, t, *splits) in zip(shapes.split(","), shape_list):
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
         for fold in (False, None) if fold_ok else ("-",):
             kw = {} if fold == "-" else {"tree_in_last": fold}
