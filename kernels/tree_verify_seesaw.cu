@@ -126,6 +126,7 @@ TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v6
 template <bool TREE_BITS = TV_TREE_BITS>
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   Smem& sm = aligned_smem<Smem>();
+  auto& tree = reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree);
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
 
@@ -194,7 +195,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
               for (int j = 0; j < 8; ++j) word |= (uint32_t)((k + j < left) & (v[j] != 0)) << (k + j);
             }
-            reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree).vis[tile & 1][t] = word;
+            tree.vis[tile & 1][t] = word;
             bar_arrive((tile & 1) ? kBarVis1 : kBarVis0, 2 * WG);
           }
         }
@@ -316,7 +317,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         // keys. Selected, not branched (a branch here serialised the wgmmas, C7512).
         if (w.is_tree) bar_sync(C ? kBarVis1 : kBarVis0, 2 * WG);
         const uint64_t tail = (1ull << (w.kv_len - (w.tile_begin + t) * BN)) - 1;
-        const uint64_t* vis = reinterpret_cast<const uint64_t*>(reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree).vis[t & 1]);
+        const uint64_t* vis = reinterpret_cast<const uint64_t*>(tree.vis[t & 1]);
         tvc::mask_scores_bits<BN>(p, s, w.is_tree ? vis[wr + g] : tail, w.is_tree ? vis[wr + g + 8] : tail, t4);
       } else if constexpr (runs(kSkipSoftmax)) {
         tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
