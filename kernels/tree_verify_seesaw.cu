@@ -30,10 +30,7 @@
 #include "tree_verify_sm90.cuh"
 
 #ifndef TV_TREE_BITS
-#define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session); 2: in tree CTAs only
-#endif
-#ifndef TV_EARLY_EMPTY
-#define TV_EARLY_EMPTY 0  // 1: the other's stage released once its P V is done and our tile's first part landed; 2: before that part
+#define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
 #endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
@@ -85,7 +82,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
-  TreeVis<TV_TREE_BITS != 0> tree;  // TV_TREE_BITS=1 or 2 only
+  TreeVis<TV_TREE_BITS> tree;     // TV_TREE_BITS=1 only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -126,8 +123,8 @@ TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
 // (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
-template <bool TREE_BITS>
-__device__ __forceinline__ void verify_partial_impl(const tv::VerifyParams& p) {
+template <bool TREE_BITS = TV_TREE_BITS>
+__device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   Smem& sm = aligned_smem<Smem>();
   auto& tree = reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree);
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
@@ -283,15 +280,6 @@ __device__ __forceinline__ void verify_partial_impl(const tv::VerifyParams& p) {
       if (t >= 2) bar_arrive(EMPTY_OURS, NT);
       if (t >= 1) other_tile(t - 1);
       wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
-      // (3) our P V (t - 1) is done: tile t + 1 may take its stage
-      auto release_other = [&]() {
-        fence_o();
-        if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
-      };
-      if constexpr (TV_EARLY_EMPTY == 2) {
-        wgmma_wait<0>();
-        release_other();
-      }
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
 #pragma unroll
       for (int i = 0; i < SN; ++i) fence_operand(s[i]);
@@ -309,17 +297,12 @@ __device__ __forceinline__ void verify_partial_impl(const tv::VerifyParams& p) {
           } else if (ks == 0) {
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
           }
-        if (TV_EARLY_EMPTY == 1 && part == 0) {  // (P V (t - 1) is the group before this part's)
-          wgmma_commit();
-          wgmma_wait<1>();
-          release_other();
-        }
       }
       wgmma_commit();
-      if constexpr (TV_EARLY_EMPTY == 0) {  // (after all of Q K^T (t) was issued)
-        wgmma_wait<1>();
-        release_other();
-      }
+      // (3) our P V (t - 1) is done (it was issued before Q K^T (t)): tile t + 1 may take its stage
+      wgmma_wait<1>();
+      fence_o();
+      if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
       // (4) the softmax of tile t
       wgmma_wait<0>();
 #pragma unroll
@@ -403,18 +386,6 @@ __device__ __forceinline__ void verify_partial_impl(const tv::VerifyParams& p) {
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
   trace_kernel(c, kDone);
-}
-
-// TV_TREE_BITS=2: the tree's CTAs take the bits, the prefix's the default loop (a CTA-uniform choice)
-__device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
-  if constexpr (TV_TREE_BITS == 2) {
-    if (blockIdx.y >= p.n_prefix_splits)
-      verify_partial_impl<true>(p);
-    else
-      verify_partial_impl<false>(p);
-  } else {
-    verify_partial_impl<TV_TREE_BITS != 0>(p);
-  }
 }
 
 }  // namespace tvsee

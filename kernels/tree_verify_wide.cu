@@ -66,9 +66,6 @@ constexpr int COLS = NQ / 4;                    // query rows (columns) a thread
 // rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
 // and the sums stay far inside bf16 / float32 range
 constexpr float RESCALE_SLACK = 64.f;
-#ifndef TV_WIDE_EARLY_FREE
-#define TV_WIDE_EARLY_FREE 0  // 1: tile j's stage released once P V (j) is done, before S^T (j + 1) waits for its tile
-#endif
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
@@ -506,17 +503,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             wgmma_fence();
             trace(0, j + 1, kTop);
             issue_pv(j);
-            if constexpr (TV_WIDE_EARLY_FREE) {
-              wgmma_wait<0>();
-              fence_o();
-              if (j + 2 < n) bar_arrive(freed(j), NT);
-              issue_qk(j + 1);
-            } else {
-              issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
-              wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
-              fence_o();
-              if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
-            }
+            issue_qk(j + 1);  // the tensor cores interleave it with P V (j): separate registers
+            wgmma_wait<1>();  // P V (j) done, S^T (j + 1) may run on
+            fence_o();
+            if (j + 2 < n) bar_arrive(freed(j), NT);  // the loader puts tile j + 2 there once wg1 is done too
             wgmma_wait<0>();
           }
           trace(0, j + 1, kQKDone);
