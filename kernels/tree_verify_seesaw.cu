@@ -32,9 +32,6 @@
 #ifndef TV_TREE_BITS
 #define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
 #endif
-#ifndef TV_P_SWIZZLE
-#define TV_P_SWIZZLE 0  // 1: P in the 128-byte-swizzled layout of the tiles (p64s_*), not 8 x 16-byte core matrices
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -121,8 +118,8 @@ __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
 // ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----
 // where tile t's P lives in its stage (stage base + ROPE_OFF), its layout and descriptors
 TVG_HD constexpr uint32_t p_buf(uint32_t stage_base) { return stage_base + ROPE_OFF; }
-TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return TV_P_SWIZZLE ? p64s_offset(r, nt, t4) : p64_offset(r, nt, t4); }
-TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return TV_P_SWIZZLE ? p64s_desc(buf, kk) : p64_desc(buf, kk); }
+TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
+TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
 // (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
@@ -342,17 +339,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(a[kk], s, kk);
       const uint32_t pb = p_buf(stage(t));  // Q K^T (t), the rope block's only reader, is done
-      // (swizzled: chunk nt of a row at its chunk 0 address ^ 16 nt, pb being 1024-byte aligned)
-      const uint32_t row_lo = pb + p_offset(wr + g, 0, t4), row_hi = pb + p_offset(wr + g + 8, 0, t4);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
-        if constexpr (TV_P_SWIZZLE) {
-          st_shared_u32(row_lo ^ (nt << 4), a[nt >> 1][2 * (nt & 1)]);
-          st_shared_u32(row_hi ^ (nt << 4), a[nt >> 1][2 * (nt & 1) + 1]);
-        } else {
-          st_shared_u32(pb + p_offset(wr + g, nt, t4), a[nt >> 1][2 * (nt & 1)]);
-          st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), a[nt >> 1][2 * (nt & 1) + 1]);
-        }
+        st_shared_u32(pb + p_offset(wr + g, nt, t4), a[nt >> 1][2 * (nt & 1)]);
+        st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), a[nt >> 1][2 * (nt & 1) + 1]);
       }
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
       bar_arrive(P_OURS, 2 * WG);

@@ -55,10 +55,6 @@ TVG_HD constexpr uint64_t mn_desc(uint32_t tile_base, int rows, int block, int k
 TVG_HD constexpr uint32_t p64_offset(int r, int nt, int t4) { return (uint32_t)((r >> 3) * (64 * 16) + nt * 128 + (r & 7) * 16 + 4 * t4); }
 // A operand of P V: keys 16 kk .. 16 kk + 15 of the P buffer, K-major, no swizzle
 TVG_HD constexpr uint64_t p64_desc(uint32_t p_buf, int kk) { return make_desc_interleave(p_buf + kk * 256, 128, 64 * 16); }
-// The same P as one 128-byte-swizzled column block (the tiles' own layout): chunk nt (keys
-// 8 nt ..) of row r at tile_offset(64, r, nt); A operand of P V through the K-major descriptor
-TVG_HD constexpr uint32_t p64s_offset(int r, int nt, int t4) { return tile_offset(64, r, nt) + 4 * t4; }
-TVG_HD constexpr uint64_t p64s_desc(uint32_t p_buf, int kk) { return kstep_desc(p_buf, 64, kk); }
 // B operand of warpgroup `wg`'s P V on a 64-key tile: keys 16 kk .., output columns 256 wg ..
 TVG_HD constexpr uint64_t v64_desc(uint32_t tile_base, int wg, int kk) { return mn_desc(tile_base, 64, wg * 4, kk); }
 

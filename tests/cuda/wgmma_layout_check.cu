@@ -150,7 +150,7 @@ static void check_seesaw(int p_buffers, uint32_t p_buf_bytes) {
   for (int x = 0; x < p_buffers; ++x) {
     const uint32_t buf = W::p_buf(1024 + W::Q_B, x, p_buf_bytes);
     expect(buf % 1024 == 0, "P starts on a swizzle atom", x, buf, 0, 0);
-    for (int kk = 0; kk < W::BN / 16; ++kk) expect((W::p_desc(buf, kk) >> 62) == (W::P_SWIZZLED ? 1 : 0), "P descriptor's swizzle", x, kk, 0, 0);
+    for (int kk = 0; kk < W::BN / 16; ++kk) expect((W::p_desc(buf, kk) >> 62) == 0, "P descriptor: no swizzle", x, kk, 0, 0);
     for (int warp = 0; warp < 4; ++warp)
       for (int nt = 0; nt < W::BN / 8; ++nt)
         for (int h = 0; h < 2; ++h) {
@@ -158,8 +158,6 @@ static void check_seesaw(int p_buffers, uint32_t p_buf_bytes) {
           for (int lane = 0; lane < 32; ++lane) {
             const int g = lane >> 2, t4 = lane & 3, r = 16 * warp + g + 8 * h;
             const uint32_t off = W::p_offset(r, nt, t4);
-            if (W::P_SWIZZLED)  // (the kernel stores at its row's chunk-0 address ^ 16 nt)
-              expect(((buf + W::p_offset(r, 0, t4)) ^ (nt << 4)) == buf + off, "P store address by xor", r, nt, t4, 0);
             expect(off % 4 == 0 && off + 4 <= p_buf_bytes, "P store inside its buffer", r, nt, t4, 0);
             expect(!bank[(off / 4) % 32], "P store bank-conflict free", warp, nt, h, lane);
             bank[(off / 4) % 32] = true;
@@ -167,9 +165,7 @@ static void check_seesaw(int p_buffers, uint32_t p_buf_bytes) {
               const int key = 8 * nt + 2 * t4 + e;
               if (x == 0) stored[r * W::BN + key] += 1;
               // ...and the K-major descriptor reads P[r][key] from exactly there
-              const uint64_t d = W::p_desc(buf, key / 16);
-              const uint32_t at = W::P_SWIZZLED ? k_major(d, r, key % 16) : k_major_interleave(d, r, key % 16);
-              expect(at == buf + off + 2 * e, "seesaw PV A = P[row][key]", x, r, key, 0);
+              expect(k_major_interleave(W::p_desc(buf, key / 16), r, key % 16) == buf + off + 2 * e, "seesaw PV A = P[row][key]", x, r, key, 0);
             }
           }
         }
@@ -182,7 +178,6 @@ struct Seesaw {
   static constexpr int Q_THREADS = tvsee::WG;  // the loader warpgroup
   static constexpr int Q_B = tvsee::Q_B, TILE_B = tvsee::TILE_B, STAGES = tvsee::STAGES;
   static uint32_t p_buf(uint32_t stages, int x, uint32_t) { return tvsee::p_buf(stages + x * tvsee::TILE_B); }
-  static constexpr bool P_SWIZZLED = TV_P_SWIZZLE;
   static uint64_t p_desc(uint32_t buf, int kk) { return tvsee::p_desc(buf, kk); }
   static uint32_t p_offset(int r, int nt, int t4) { return tvsee::p_offset(r, nt, t4); }
   static uint64_t v_desc(uint32_t base, int wg, int kk) { return tvsee::v_desc(base, wg, kk); }
