@@ -32,6 +32,9 @@
 #ifndef TV_TREE_BITS
 #define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
 #endif
+#ifndef TV_PAIR
+#define TV_PAIR 0  // 1: the pair schedule (verify_partial_pairs) instead of tiles in turns
+#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -122,9 +125,334 @@ TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r,
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
+// ---- TV_PAIR=1: the pair schedule (FlashMLA's SM90 order; our own code, the fifteenth session's
+// be698d1 on today's helpers). Tiles go in pairs (a = 2i in stage 0, b = 2i + 1 in stage 1); math
+// warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one max:
+// warpgroup 1 takes warpgroup 0's and its own tile's, and warpgroup 0 rescales P (a) and its O to
+// it. Each warpgroup keeps its half of O and adds both tiles' P V: its own P from registers, the
+// other's from the owner's rope block. A stage's column blocks land and are freed in two groups:
+// the early group is read only by its owner (Q K^T, then its V half), the late group also by the
+// other warpgroup (its V half, and P in block 8); the loader refills a group once its reader frees it.
+constexpr int GROUPS = 2, EARLY_BLOCKS = 4, LATE_BLOCKS = NB - EARLY_BLOCKS;
+constexpr int PAIR_MATH_REGS = 224, PAIR_LOAD_REGS = 56;
+static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
+static_assert(GROUPS <= PARTS, "the pair schedule's group mbarriers live in Smem::full");
+// column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8; stage 1: early
+// 4..7, late 0..3 and 8 (P, written where the rope block was, is read with the late group)
+TVG_HD constexpr int group_block(int s, int gr, int j) { return gr == 0 ? (s == 0 ? j : 4 + j) : (s == 0 ? 4 + j : (j < 4 ? j : 8)); }
+TVG_HD constexpr int group_blocks(int gr) { return gr == 0 ? EARLY_BLOCKS : LATE_BLOCKS; }
+// P fragments (pack_p: a[kk][j] holds row g for even j, g + 8 for odd) times their row's factor
+__device__ __forceinline__ void scale_packed(uint32_t (&pa)[BN / 16][4], const float (&f)[2]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&pa[kk][j]));
+      pa[kk][j] = tvc::pack_bf16(v.x * f[j & 1], v.y * f[j & 1]);
+    }
+}
+// exp2(m_old - m_new), a row with no visible key yet (m_new = -inf) taken at 0
+__device__ __forceinline__ float max_factor(float m_old, float m_new) { return exp2f(m_old - (m_new == -INFINITY ? 0.f : m_new)); }
+
+template <int = 0>
+__device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) {
+  static_assert((TV_SKIP & ~kSkipLoads) == 0 && TV_TRACE == 0 && TV_TREE_BITS == 0, "the pair schedule: no ablations but the loads', no trace or bits");
+  Smem& sm = aligned_smem<Smem>();
+  const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
+  const uint32_t full0 = smem_u32(sm.full);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2;
+  const int wr = (warp & 3) * 16;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int row0 = blockIdx.x * BM;
+  const int split = blockIdx.y, b = blockIdx.z;
+
+  const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
+  const int n = w.n_tiles;
+  const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
+  const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * PARTS + gr); };
+
+  if (tid == 0) {
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 2) {
+    // ------------------------------------------------ warpgroup 2: every load
+    setmaxnreg_dec<PAIR_LOAD_REGS>();
+    if (n > 0) {
+      const int t = tid - 2 * WG;
+      constexpr int ROWS_T = BN / (WG / 8);
+      struct Rows {
+        const __nv_bfloat16* src[ROWS_T];
+        int bytes[ROWS_T];
+      };
+      auto rows_of = [&](int tile, Rows& r) {
+        int pg[ROWS_T];
+        tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
+#pragma unroll
+        for (int i = 0; i < ROWS_T; ++i) {
+          tvc::key_row_in(p, w, (w.tile_begin + tile) * BN + load_row<WG>(t, i), pg[i], b, r.src[i], r.bytes[i]);
+          r.src[i] += load_chunk(t, 0) * 8;
+        }
+      };
+      // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
+      // keep their swizzle, column blocks are BN * 128 bytes apart
+      const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
+      auto load_group = [&](int tile, int gr, const Rows& r) {
+        const int s = tile & 1;
+#pragma unroll
+        for (int i = 0; i < ROWS_T; ++i)
+#pragma unroll
+          for (int j = 0; j < LATE_BLOCKS; ++j) {
+            if (j >= group_blocks(gr)) break;
+            const int cb = group_block(s, gr, j);
+            const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + cb * BN * 128);
+            if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, r.src[i] + 64 * cb, r.bytes[i]);
+          }
+        cp_async_mbar_arrive(full(tile, gr));
+      };
+      load_q<BM, WG>(p, sQ, t, b, row0);
+      Rows ra, rb;
+      rows_of(0, ra);
+      if (n > 1) rows_of(1, rb);
+      for (int a = 0; a < n; a += 2) {
+        const bool has_b = a + 1 < n;
+        // a stage's group is refilled once its one reader has freed it (the uses alternate: that
+        // reader frees it again only after reading what this load puts there)
+        if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
+        load_group(a, 0, ra);
+        if (has_b) {
+          if (a >= 2) bar_sync(kBarPairFreeE1, 2 * WG);
+          load_group(a + 1, 0, rb);
+        }
+        if (a >= 2) bar_sync(kBarPairFreeL0, 2 * WG);
+        load_group(a, 1, ra);
+        if (has_b) {
+          if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
+          load_group(a + 1, 1, rb);
+        }
+        if (a + 2 < n) rows_of(a + 2, ra);
+        if (a + 3 < n) rows_of(a + 3, rb);
+      }
+      cp_async_wait<0>();
+    }
+    return;
+  }
+
+  // ------------------------------------------------ warpgroups 0 and 1: the math
+  setmaxnreg_inc<PAIR_MATH_REGS>();
+  const int c = wg;
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m_r[2] = {-INFINITY, -INFINITY};  // the pair's max after the last pair (both warpgroups)
+  float l_r[2] = {0.f, 0.f};              // this thread's share of the row sums of this warpgroup's tiles
+  auto fence_o = [&]() {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
+  };
+
+  auto math = [&](auto first) {
+    constexpr int C = decltype(first)::value;
+    float s[SN];
+    uint32_t pa[BN / 16][4];
+    auto fence_s = [&]() {
+#pragma unroll
+      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+    };
+    // group gr of Q K^T (tile) into s, once it has landed
+    auto qk_group = [&](int tile, auto gr_c) {
+      constexpr int GR = decltype(gr_c)::value;
+      const uint32_t qb = opaque(sQ), kb = opaque(stage(tile));  // (visible bases: ptxas hoists every descriptor and spills)
+      mbar_wait(full(tile, GR), (tile >> 1) & 1);
+      fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < group_blocks(GR); ++j)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int ks = 4 * group_block(C, GR, j) + k;
+          wgmma_qk64(s, kstep_desc(qb, BM, ks), kstep_desc(kb, BN, ks), GR > 0 || j > 0 || k > 0);
+        }
+      wgmma_commit();
+    };
+    auto mask = [&](int tile) {
+      if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
+#pragma unroll
+        for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
+      } else {
+        tvc::mask_scores<BN>(p, s, g, t4, tile, w, row0 + wr, b);
+      }
+    };
+    // this warpgroup's P fragments into the tile's P buffer
+    auto store_p = [&](int tile) {
+      const uint32_t pb = p_buf(stage(tile));
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        st_shared_u32(pb + p_offset(wr + g, nt, t4), pa[nt >> 1][2 * (nt & 1)]);
+        st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), pa[nt >> 1][2 * (nt & 1) + 1]);
+      }
+      fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
+    };
+    auto rescale_o = [&](const float (&f)[2]) {
+      if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
+    };
+    float* const my_max = &sm.max[C][wr + g];
+
+    if constexpr (C == 0) {
+      // ---- warpgroup 0: tiles a
+      for (int a = 0; a < n; a += 2) {
+        const bool has_b = a + 1 < n;
+        // Q K^T (a): the early group while P V (a - 1) may still run, then the late one
+        fence_s();
+        qk_group(a, Const<0>{});
+        if (a >= 2) {
+          wgmma_wait<1>();
+          fence_o();
+          if (a + 1 < n) bar_arrive(kBarPairFreeL1, 2 * WG);  // a - 1's late group (our V half and its P) is read
+        }
+        qk_group(a, Const<1>{});
+        wgmma_wait<0>();
+        fence_o();
+        fence_s();
+        // softmax of tile a at its own max m0, which warpgroup 1 takes; O to m0
+        mask(a);
+        float m0[2], f[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          m0[r] = fmaxf(m_r[r], tvc::quad_row_max<BN>(s, r));
+          f[r] = max_factor(m_r[r], m0[r]);
+          l_r[r] = l_r[r] * f[r] + tvc::exp2_row<BN, FAST_EXP>(s, r, m0[r] == -INFINITY ? 0.f : m0[r]);
+        }
+        if (t4 == 0) {
+          my_max[0] = m0[0];
+          my_max[8] = m0[1];
+        }
+        bar_arrive(kBarPairMax0, 2 * WG);
+        rescale_o(f);
+        // our half of P V (a), P from registers
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, pa[kk], v_desc(stage(a), 0, kk));
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_o();
+        if (a + 2 < n) bar_arrive(kBarPairFreeE0, 2 * WG);  // a's early group: only we read it
+        // the pair's max M from warpgroup 1: P (a) and O to M, P (a) to warpgroup 1
+        bar_sync(kBarPairMax1, 2 * WG);
+        const float* mx = &sm.max[1][wr + g];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float mm = mx[8 * r];
+          f[r] = max_factor(m0[r], mm);
+          m_r[r] = mm;
+          l_r[r] *= f[r];
+        }
+        scale_packed(pa, f);
+        store_p(a);
+        bar_arrive(kBarP0, 2 * WG);
+        rescale_o(f);
+        // our half of P V (b), P from its owner's buffer (left running into the next pair)
+        if (has_b) {
+          bar_sync(kBarP1, 2 * WG);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_buf(stage(a + 1)), kk), v_desc(stage(a + 1), 0, kk));
+          wgmma_commit();
+        }
+      }
+      wgmma_wait<0>();
+      fence_o();
+    } else {
+      // ---- warpgroup 1: tiles b
+      for (int a = 0; a < n; a += 2) {
+        const bool has_b = a + 1 < n;
+        if (has_b) {
+          fence_s();
+          qk_group(a + 1, Const<0>{});
+          qk_group(a + 1, Const<1>{});
+          wgmma_wait<0>();
+          fence_o();
+          fence_s();
+          mask(a + 1);
+        }
+        // the pair's max M from warpgroup 0's and our tile's; O to M
+        bar_sync(kBarPairMax0, 2 * WG);
+        const float* m0 = &sm.max[0][wr + g];
+        float f[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float mm = has_b ? fmaxf(m0[8 * r], tvc::quad_row_max<BN>(s, r)) : m0[8 * r];
+          f[r] = max_factor(m_r[r], mm);
+          l_r[r] *= f[r];
+          if (has_b) l_r[r] += tvc::exp2_row<BN, FAST_EXP>(s, r, mm == -INFINITY ? 0.f : mm);
+          m_r[r] = mm;
+        }
+        if (t4 == 0) {
+          my_max[0] = m_r[0];
+          my_max[8] = m_r[1];
+        }
+        bar_arrive(kBarPairMax1, 2 * WG);
+        rescale_o(f);
+        // P (b) to warpgroup 0; our half of P V (b), P from registers
+        if (has_b) {
+#pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
+          store_p(a + 1);
+          bar_arrive(kBarP1, 2 * WG);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, pa[kk], v_desc(stage(a + 1), 1, kk));
+          wgmma_commit();
+        }
+        // our half of P V (a), P (a) at M from warpgroup 0
+        bar_sync(kBarP0, 2 * WG);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_buf(stage(a)), kk), v_desc(stage(a), 1, kk));
+        wgmma_commit();
+        if (has_b) {
+          wgmma_wait<1>();
+          fence_o();
+          if (a + 3 < n) bar_arrive(kBarPairFreeE1, 2 * WG);  // b's early group: only we read it
+        }
+        wgmma_wait<0>();
+        fence_o();
+        if (a + 2 < n) bar_arrive(kBarPairFreeL0, 2 * WG);  // a's late group (our V half and its P) is read
+      }
+    }
+  };
+  if (n > 0) {
+    if (c == 0)
+      math(Const<0>{});
+    else
+      math(Const<1>{});
+  }
+
+  tvc::quad_sum_rows(l_r);
+  if (t4 == 0) {
+    sm.sum[c][wr + g] = l_r[0];
+    sm.sum[c][wr + g + 8] = l_r[1];
+  }
+  bar_sync(kBarMath, 2 * WG);
+  const float* other = &sm.sum[c ^ 1][wr + g];
+  l_r[0] += other[0];
+  l_r[1] += other[8];
+  tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+}
+
 // (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
 template <bool TREE_BITS = TV_TREE_BITS>
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
+  if constexpr (TV_PAIR) {
+    verify_partial_pairs(p);
+    return;
+  }
   Smem& sm = aligned_smem<Smem>();
   auto& tree = reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree);
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);

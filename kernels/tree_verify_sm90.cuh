@@ -153,6 +153,12 @@ enum NamedBarrier : int {
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
   kBarVis0 = 6,    // seesaw, tree splits: a stage-0 tile's visible-key bits out (loader -> math warpgroup 0)
   kBarVis1 = 7,    // seesaw, tree splits: the same for stage 1 (loader -> math warpgroup 1)
+  kBarPairMax0 = 8,    // seesaw, TV_PAIR: warpgroup 0's max after its tile of the pair
+  kBarPairMax1 = 9,    // seesaw, TV_PAIR: the pair's max (warpgroup 1)
+  kBarPairFreeE0 = 10,  // seesaw, TV_PAIR: an even tile's early column blocks free (its owner's V half)
+  kBarPairFreeE1 = 11,  // seesaw, TV_PAIR: the same for an odd tile
+  kBarPairFreeL0 = 12,  // seesaw, TV_PAIR: an even tile's late column blocks free (the other's V half, P)
+  kBarPairFreeL1 = 13,  // seesaw, TV_PAIR: the same for an odd tile
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
   kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile, its factors and the "moved" flag out (wg0 -> wg1)
