@@ -78,6 +78,12 @@ template <>
 struct TreeVis<true> {
   uint32_t vis[STAGES][2 * BM];  // [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of a tree tile
 };
+template <bool ON>
+struct PairP {};  // (empty: the default build's layout and size are unchanged)
+template <>
+struct PairP<true> {
+  alignas(1024) uint8_t p[P_B];  // TV_PAIR: P of a pair's odd tile (its stage's rope block is freed early)
+};
 struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];
   uint8_t stage[STAGES][TILE_B];  // its rope block holds the tile's P once Q K^T is done
@@ -86,6 +92,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
   TreeVis<TV_TREE_BITS> tree;     // TV_TREE_BITS=1 only
+  PairP<TV_PAIR != 0> pair;       // TV_PAIR=1 only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -130,17 +137,19 @@ TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v6
 // warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one max:
 // warpgroup 1 takes warpgroup 0's and its own tile's, and warpgroup 0 rescales P (a) and its O to
 // it. Each warpgroup keeps its half of O and adds both tiles' P V: its own P from registers, the
-// other's from the owner's rope block. A stage's column blocks land and are freed in two groups:
-// the early group is read only by its owner (Q K^T, then its V half), the late group also by the
-// other warpgroup (its V half, and P in block 8); the loader refills a group once its reader frees it.
+// other's from shared memory (P (a) in its stage's rope block, P (b) in a buffer of its own). A
+// stage's column blocks land and are freed in two groups: the early group is read only by its
+// owner (Q K^T, then its V half), the late group also by the other warpgroup (its V half, and in
+// stage 0 P (a)); the loader refills a group once its last reader frees it.
 constexpr int GROUPS = 2, EARLY_BLOCKS = 4, LATE_BLOCKS = NB - EARLY_BLOCKS;
 constexpr int PAIR_MATH_REGS = 224, PAIR_LOAD_REGS = 56;
 static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
 static_assert(GROUPS <= PARTS, "the pair schedule's group mbarriers live in Smem::full");
-// column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8; stage 1: early
-// 4..7, late 0..3 and 8 (P, written where the rope block was, is read with the late group)
-TVG_HD constexpr int group_block(int s, int gr, int j) { return gr == 0 ? (s == 0 ? j : 4 + j) : (s == 0 ? 4 + j : (j < 4 ? j : 8)); }
-TVG_HD constexpr int group_blocks(int gr) { return gr == 0 ? EARLY_BLOCKS : LATE_BLOCKS; }
+// column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8 (P (a), written
+// where the rope block was, is read with the late group); stage 1: early 4..8, late 0..3 (P (b)
+// has a buffer of its own, so the rope block goes with its owner's V half)
+TVG_HD constexpr int group_block(int s, int gr, int j) { return (s ^ gr) ? 4 + j : j; }
+TVG_HD constexpr int group_blocks(int s, int gr) { return (s ^ gr) ? LATE_BLOCKS : EARLY_BLOCKS; }
 // P fragments (pack_p: a[kk][j] holds row g for even j, g + 8 for odd) times their row's factor
 __device__ __forceinline__ void scale_packed(uint32_t (&pa)[BN / 16][4], const float (&f)[2]) {
 #pragma unroll
@@ -201,18 +210,17 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
       // keep their swizzle, column blocks are BN * 128 bytes apart
       const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
-      auto load_group = [&](int tile, int gr, const Rows& r) {
-        const int s = tile & 1;
+      auto load_group = [&](int tile, auto gr_c, const Rows& r) {  // (tile % 2 == S: a's are even, b's odd)
+        constexpr int S = decltype(gr_c)::value >> 1, GR = decltype(gr_c)::value & 1;
 #pragma unroll
         for (int i = 0; i < ROWS_T; ++i)
 #pragma unroll
-          for (int j = 0; j < LATE_BLOCKS; ++j) {
-            if (j >= group_blocks(gr)) break;
-            const int cb = group_block(s, gr, j);
+          for (int j = 0; j < group_blocks(S, GR); ++j) {
+            const int cb = group_block(S, GR, j);
             const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + cb * BN * 128);
             if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, r.src[i] + 64 * cb, r.bytes[i]);
           }
-        cp_async_mbar_arrive(full(tile, gr));
+        cp_async_mbar_arrive(full(tile, GR));
       };
       load_q<BM, WG>(p, sQ, t, b, row0);
       Rows ra, rb;
@@ -223,16 +231,16 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         // a stage's group is refilled once its one reader has freed it (the uses alternate: that
         // reader frees it again only after reading what this load puts there)
         if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
-        load_group(a, 0, ra);
+        load_group(a, Const<0>{}, ra);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeE1, 2 * WG);
-          load_group(a + 1, 0, rb);
+          load_group(a + 1, Const<2>{}, rb);
         }
         if (a >= 2) bar_sync(kBarPairFreeL0, 2 * WG);
-        load_group(a, 1, ra);
+        load_group(a, Const<1>{}, ra);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
-          load_group(a + 1, 1, rb);
+          load_group(a + 1, Const<3>{}, rb);
         }
         if (a + 2 < n) rows_of(a + 2, ra);
         if (a + 3 < n) rows_of(a + 3, rb);
@@ -271,7 +279,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
       wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < group_blocks(GR); ++j)
+      for (int j = 0; j < group_blocks(C, GR); ++j)
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
@@ -287,9 +295,11 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         tvc::mask_scores<BN>(p, s, g, t4, tile, w, row0 + wr, b);
       }
     };
-    // this warpgroup's P fragments into the tile's P buffer
+    // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
+    const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
+    auto p_of = [&](int tile) { return (tile & 1) ? p_odd : p_buf(stage(tile)); };
     auto store_p = [&](int tile) {
-      const uint32_t pb = p_buf(stage(tile));
+      const uint32_t pb = p_of(tile);
 #pragma unroll
       for (int nt = 0; nt < BN / 8; ++nt) {
         st_shared_u32(pb + p_offset(wr + g, nt, t4), pa[nt >> 1][2 * (nt & 1)]);
@@ -362,7 +372,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           bar_sync(kBarP1, 2 * WG);
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_buf(stage(a + 1)), kk), v_desc(stage(a + 1), 0, kk));
+          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_odd, kk), v_desc(stage(a + 1), 0, kk));
           wgmma_commit();
         }
       }

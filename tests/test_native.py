@@ -602,8 +602,9 @@ def test_seesaw_tree_bits_is_a_variant_apart():
 
 def test_seesaw_pair_schedule_is_a_variant_apart():
     """TV_PAIR=1 (the seesaw kernel's pair schedule, FlashMLA's order; docs/kernel_notes.md,
-    thirty-second session) builds without a serialised wgmma pipeline and moves the registers to
-    224 / 56; its no-loads build (TV_SKIP=8) builds too. The default build has none of it."""
+    thirty-second session) builds without a serialised wgmma pipeline, moves the registers to
+    224 / 56 and takes all of sm_90's 227 KB (P of a pair's odd tile in a buffer of its own); its
+    no-loads build (TV_SKIP=8) builds too. The default build has none of it."""
     spec = KERNELS["wgmma_seesaw"]
     for d in ({"TV_PAIR": 1}, {"TV_PAIR": 1, "TV_SKIP": 8}):
         f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
@@ -611,6 +612,7 @@ def test_seesaw_pair_schedule_is_a_variant_apart():
     on, off = kernels.sass(spec.source, defines={"TV_PAIR": 1}), kernels.sass(spec.source)
     split = r"USETMAXREG\.(?:TRY_ALLOC|DEALLOC)\.CTAPOOL (?:UP\d, )?0x(\w+)"
     assert sorted(set(re.findall(split, on))) == ["38", "e0"] and sorted(set(re.findall(split, off))) == ["68", "c8"]
+    assert kernels.ptx_config(spec.source, defines={"TV_PAIR": 1}).smem_bytes == 227 * 1024 > spec.smem_bytes
 
 
 def test_ablation_refuses_kernels_without_switches():
