@@ -360,7 +360,8 @@ def test_session32_recordings_hold_what_the_notes_say():
     kernel's math alone (no loads) takes 0.85-0.92 of its period with them; FlashMLA's page-size-1
     sparse prefill is within 1.10x of its dense decode at 128 heads x 65 nodes, ours 1.15-1.30x,
     and with the same number of cp.async its tensor pipe is busier than ours, the dense decode's
-    busier still (docs/kernel_notes.md, thirty-second session)."""
+    busier still; the pair schedule alone (no copies) is faster than ours alone and has almost
+    none of ours' bank conflicts (docs/kernel_notes.md, thirty-second session)."""
     hist = ROOT / "data" / "history"
     trace = json.loads((hist / "trace_seesaw_early_empty_h100.json").read_text())["runs"]
     period = {(r["context"], tuple(sorted(r["defines"].items()))): r["median_cycles"]["period"] for r in trace}
@@ -381,6 +382,18 @@ def test_session32_recordings_hold_what_the_notes_say():
         ours, sparse, dense = ((shape, k) for k in ("native:wgmma_seesaw", "flashmla_sparse", "flashmla"))
         assert copies[dense] == 0 and 0.99 < copies[ours] / copies[sparse] < 1.01, copies
         assert busy[ours] < busy[sparse] < busy[dense], busy
+    # run 8: the pair schedule (TV_PAIR=1) without copies beats ours without copies, and leaves
+    # out nearly all of ours' bank conflicts
+    alone = {}
+    for k in ("run8_skip8", "run8_pair_skip8"):
+        for r in runs[k]:
+            alone.setdefault(r["side"], {})[(r["context"], r["heads"], r["nodes"])] = r["ms"]
+    assert len(alone["skip8"]) == 3 and all(alone["pair_skip8"][s] < 0.96 * alone["skip8"][s] for s in alone["skip8"])
+    conflicts = {
+        k: int(v["l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"].replace(",", ""))
+        for k, v in runs["run8_ncu_pair"]["metrics"].items()
+    }
+    assert conflicts["TV_PAIR=1"] < 0.01 * conflicts["default"], conflicts
 
 
 def test_merge_cost_counts_the_partials_past_the_free_bytes():
