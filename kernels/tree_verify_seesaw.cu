@@ -132,6 +132,22 @@ TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r,
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
+// Both math warpgroups, after their last P V: the whole row sums (both warpgroups' tiles), then
+// the normalised partial rows and their lse (natural log); an empty split: m = -inf, l = 0
+__device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, float (&o)[128], const float (&m_r)[2],
+                                           float (&l_r)[2], int c, int wr, int g, int t4, int row0, int split, int b) {
+  tvc::quad_sum_rows(l_r);
+  if (t4 == 0) {  // (m_r is the same in both warpgroups: the max after the last tile)
+    sm.sum[c][wr + g] = l_r[0];
+    sm.sum[c][wr + g + 8] = l_r[1];
+  }
+  bar_sync(kBarMath, 2 * WG);
+  const float* other = &sm.sum[c ^ 1][wr + g];
+  l_r[0] += other[0];
+  l_r[1] += other[8];
+  tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+}
+
 // ---- TV_PAIR=1: the pair schedule (FlashMLA's SM90 order; our own code, the fifteenth session's
 // be698d1 on today's helpers). Tiles go in pairs (a = 2i in stage 0, b = 2i + 1 in stage 1); math
 // warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one max:
@@ -444,16 +460,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       math(Const<1>{});
   }
 
-  tvc::quad_sum_rows(l_r);
-  if (t4 == 0) {
-    sm.sum[c][wr + g] = l_r[0];
-    sm.sum[c][wr + g + 8] = l_r[1];
-  }
-  bar_sync(kBarMath, 2 * WG);
-  const float* other = &sm.sum[c ^ 1][wr + g];
-  l_r[0] += other[0];
-  l_r[1] += other[8];
-  tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+  write_rows(p, sm, o, m_r, l_r, c, wr, g, t4, row0, split, b);
 }
 
 // (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
@@ -710,19 +717,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       math(Const<1>{});
   }
 
-  // ---- epilogue: the whole row sums (both warpgroups' tiles), normalised partial output and its
-  // lse (natural log); an empty split: m = -inf, l = 0 ----
   trace_kernel(c, kLoopEnd);
-  tvc::quad_sum_rows(l_r);
-  if (t4 == 0) {  // (m_r is the same in both warpgroups: the max after the last tile)
-    sm.sum[c][wr + g] = l_r[0];
-    sm.sum[c][wr + g + 8] = l_r[1];
-  }
-  bar_sync(kBarMath, 2 * WG);
-  const float* other = &sm.sum[c ^ 1][wr + g];
-  l_r[0] += other[0];
-  l_r[1] += other[8];
-  tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
+  write_rows(p, sm, o, m_r, l_r, c, wr, g, t4, row0, split, b);
   trace_kernel(c, kDone);
 }
 
