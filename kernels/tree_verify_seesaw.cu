@@ -226,8 +226,9 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
       // keep their swizzle, column blocks are BN * 128 bytes apart
       const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
-      auto load_group = [&](int tile, auto gr_c, const Rows& r) {  // (tile % 2 == S: a's are even, b's odd)
-        constexpr int S = decltype(gr_c)::value >> 1, GR = decltype(gr_c)::value & 1;
+      // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
+      auto load_group = [&](int tile, auto sg_c, const Rows& r) {
+        constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
 #pragma unroll
         for (int i = 0; i < ROWS_T; ++i)
 #pragma unroll
@@ -244,7 +245,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       if (n > 1) rows_of(1, rb);
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
-        // a stage's group is refilled once its one reader has freed it (the uses alternate: that
+        // a stage's group is refilled once its last reader has freed it (the uses alternate: that
         // reader frees it again only after reading what this load puts there)
         if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
         load_group(a, Const<0>{}, ra);
