@@ -628,6 +628,31 @@ def test_seesaw_pair_schedule_is_a_variant_apart():
     assert kernels.ptx_config(spec.source, defines={"TV_PAIR": 1}).smem_bytes == 227 * 1024 > spec.smem_bytes
 
 
+def test_ncu_counters_tool_reads_its_arguments_or_says_why_not():
+    """tools/ncu_counters/counters.py (Nsight Compute counters of one launch per verify, on a GPU):
+    its shape and IMPL[+NAME=INT...] arguments, and one-line refusals of anything else."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("counters", ROOT / "tools" / "ncu_counters" / "counters.py")
+    counters = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(counters)
+    assert counters.parse_impl("native:wgmma_seesaw+TV_PAIR=1+TV_SKIP=8") == (
+        "native:wgmma_seesaw",
+        {"TV_PAIR": 1, "TV_SKIP": 8},
+    )
+    assert counters.parse_impl("flashmla_sparse") == ("flashmla_sparse", {})
+    assert counters.parse_shape("32768x128x65") == (32768, 128, 65)
+    for bad, why in [
+        ("native:wgmma_seesaw+TV_PAIR", "NAME=INT"),
+        ("flashmla+TV_PAIR=1", "ours only"),
+        ("sglang", "IMPL is"),
+    ]:
+        with pytest.raises(SystemExit, match=why):
+            counters.parse_impl(bad)
+    with pytest.raises(SystemExit, match="CTXxHEADSxNODES"):
+        counters.parse_shape("32768x128")
+
+
 def test_ablation_refuses_kernels_without_switches():
     from specdiag.bench.ablation import ablate
 

@@ -1,0 +1,117 @@
+"""Nsight Compute counters of one launch of each named verify's main kernel (ours: the partial
+kernel; FlashMLA: its split or sparse kernel, not the combine), L2 warm after two warm-up calls,
+clocks free, page size as the peers bench gives each (ours 1, FlashMLA's dense decode 64).
+
+Usage (on the GPU, ncu on PATH, FlashMLA's wheel importable for its peers):
+  python tools/ncu_counters/counters.py OUT.json CTXxHEADSxNODES[,...] IMPL[,...]
+IMPL: the peers bench's names (native:KERNEL, flashmla, flashmla_sparse); a native one may carry
+the kernel's -D switches after "+": native:wgmma_seesaw+TV_PAIR=1+TV_SKIP=8.
+Its forerunner's recordings: data/history/session32_h100.json runs 5, 6 and 8 (docs/kernel_notes.md,
+thirty-second session).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+KERNELS = "partial|splitkv_mla|sparse_attn_fwd"
+METRICS = (
+    "gpc__cycles_elapsed.max",
+    "gpu__time_duration.sum",
+    "smsp__inst_executed.sum",
+    "smsp__inst_executed_op_ldgsts.sum",
+    "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "lts__t_bytes.sum",
+    "launch__registers_per_thread",
+)
+
+
+def parse_impl(text: str) -> tuple[str, dict[str, int]]:
+    """'native:wgmma_seesaw+TV_PAIR=1' -> ('native:wgmma_seesaw', {'TV_PAIR': 1}); a one-line error otherwise."""
+    impl, *switches = text.split("+")
+    try:
+        defines = {k: int(v) for k, v in (s.split("=") for s in switches)}
+    except ValueError:
+        raise SystemExit(f"counters: switches are NAME=INT after '+', got {text!r}") from None
+    if defines and not impl.startswith("native"):
+        raise SystemExit(f"counters: -D switches are ours only, got {text!r}")
+    if not (impl.startswith("native:") or impl in ("native", "flashmla", "flashmla_sparse")):
+        raise SystemExit(f"counters: IMPL is native[:KERNEL][+NAME=INT...], flashmla or flashmla_sparse, got {text!r}")
+    return impl, defines
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    try:
+        ctx, heads, nodes = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"counters: a shape is CTXxHEADSxNODES, e.g. 32768x128x65, got {text!r}") from None
+    return ctx, heads, nodes
+
+
+def launch(shape: str, impl_text: str) -> None:
+    """One profiled call (between cudaProfilerStart and Stop) after two warm-up calls."""
+    import torch
+
+    from specdiag.bench.peers import peer_calls, peer_page_size
+    from specdiag.bench.timing import Rotation
+
+    (ctx, heads, nodes), (impl, defines) = parse_shape(shape), parse_impl(impl_text)
+    rot = Rotation(
+        ctx,
+        peer_page_size(impl),
+        nodes,
+        heads,
+        torch.cuda.get_device_properties(0).L2_cache_size,
+        seed=ctx + heads + nodes,
+    )
+    if defines:
+        calls = [op.run for op in rot.native_ops(impl=impl.partition(":")[2] or "auto", defines=defines)]
+    else:
+        calls, _ = peer_calls(impl, rot)
+    for c in calls[:2]:
+        c()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    calls[2 % len(calls)]()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def main(out: str, shapes: str, impls: str) -> None:
+    from specdiag.machine import machine_metadata
+    from specdiag.probes.ncu import find_ncu, run_ncu
+
+    shape_list, impl_list = shapes.split(","), impls.split(",")
+    for s in shape_list:
+        parse_shape(s)
+    for i in impl_list:
+        parse_impl(i)
+    try:
+        find_ncu()
+    except FileNotFoundError as e:
+        raise SystemExit(f"counters: {e}") from None
+    rows = []
+    for s in shape_list:
+        for i in impl_list:
+            df, _ = run_ncu([__file__, "--launch", s, i], kernel_regex=KERNELS, metrics=list(METRICS))
+            for _, r in df.iterrows():
+                rows.append(
+                    dict(shape=s, impl=i, kernel=r["Kernel Name"], metrics={m: r[m] for m in METRICS if m in r})
+                )
+                print(s, i, {m: r[m] for m in METRICS[:6] if m in r}, flush=True)
+    Path(out).write_text(
+        json.dumps({"kind": "ncu_counters", "machine": machine_metadata(), "rows": rows}, indent=1, default=float)
+    )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--launch":
+        launch(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4:
+        main(*sys.argv[1:])
+    else:
+        raise SystemExit(__doc__.split("\n\n")[1])
