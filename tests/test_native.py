@@ -361,7 +361,7 @@ def test_session32_recordings_hold_what_the_notes_say():
     sparse prefill is within 1.10x of its dense decode at 128 heads x 65 nodes, ours 1.15-1.30x,
     and with the same number of cp.async its tensor pipe is busier than ours, the dense decode's
     busier still; the pair schedule alone (no copies) is faster than ours alone and has almost
-    none of ours' bank conflicts (docs/kernel_notes.md, thirty-second session)."""
+    none of our bank conflicts (docs/kernel_notes.md, thirty-second session)."""
     hist = ROOT / "data" / "history"
     trace = json.loads((hist / "trace_seesaw_early_empty_h100.json").read_text())["runs"]
     period = {(r["context"], tuple(sorted(r["defines"].items()))): r["median_cycles"]["period"] for r in trace}
@@ -383,7 +383,7 @@ def test_session32_recordings_hold_what_the_notes_say():
         assert copies[dense] == 0 and 0.99 < copies[ours] / copies[sparse] < 1.01, copies
         assert busy[ours] < busy[sparse] < busy[dense], busy
     # run 8: the pair schedule (TV_PAIR=1) without copies beats ours without copies, and leaves
-    # out nearly all of ours' bank conflicts
+    # out nearly all of our bank conflicts
     alone = {}
     for k in ("run8_skip8", "run8_pair_skip8"):
         for r in runs[k]:
