@@ -644,6 +644,8 @@ def test_ncu_counters_tool_reads_its_arguments_or_says_why_not():
     assert counters.parse_shape("32768x128x65") == (32768, 128, 65)
     for bad, why in [
         ("native:wgmma_seesaw+TV_PAIR", "NAME=INT"),
+        ("native:wgmma_seesaw+TV_PIAR=1", "not a switch of kernels/tree_verify_seesaw"),
+        ("native+TV_PAIR=1", "ours only"),
         ("flashmla+TV_PAIR=1", "ours only"),
         ("sglang", "IMPL is"),
     ]:

@@ -18,15 +18,20 @@ import torch
 
 from specdiag.attention.native import NativeTreeVerify
 from specdiag.bench.timing import Rotation, time_rotating
+from specdiag.bench.variants import check_switches, parse_variants
 
 
 def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None:
     try:
-        switches = {k: int(v) for k, v in (d.split("=") for d in defines.split(",") if d)}
         shape_list = [[int(x) for x in sh.split(":")] for sh in shapes.split(",")]
     except ValueError:
-        form = "SHAPES are CTX:HEADS:NODES[:SPLITS],... and DEFINES NAME=INT,..."
-        raise SystemExit(f"time_shapes: {form}; got {shapes!r} {defines!r}") from None
+        raise SystemExit(f"time_shapes: SHAPES are CTX:HEADS:NODES[:SPLITS],..., got {shapes!r}") from None
+    try:  # (a switch the kernel never names would silently time its default build)
+        switches = parse_variants(defines)[0] if defines else {}
+        if switches:
+            check_switches(impl, [switches])
+    except ValueError as e:
+        raise SystemExit(f"time_shapes: {e}") from None
     if any(len(sh) not in (3, 4) for sh in shape_list):
         raise SystemExit(f"time_shapes: each shape is CTX:HEADS:NODES[:SPLITS], got {shapes!r}")
     fold_ok = "tree_in_last" in inspect.signature(NativeTreeVerify.__init__).parameters

@@ -32,15 +32,20 @@ METRICS = (
 
 def parse_impl(text: str) -> tuple[str, dict[str, int]]:
     """'native:wgmma_seesaw+TV_PAIR=1' -> ('native:wgmma_seesaw', {'TV_PAIR': 1}); a one-line error otherwise."""
-    impl, *switches = text.split("+")
-    try:
-        defines = {k: int(v) for k, v in (s.split("=") for s in switches)}
-    except ValueError:
-        raise SystemExit(f"counters: switches are NAME=INT after '+', got {text!r}") from None
-    if defines and not impl.startswith("native"):
-        raise SystemExit(f"counters: -D switches are ours only, got {text!r}")
+    from specdiag.bench.variants import check_switches, parse_variants
+
+    impl, _, switches = text.partition("+")
     if not (impl.startswith("native:") or impl in ("native", "flashmla", "flashmla_sparse")):
         raise SystemExit(f"counters: IMPL is native[:KERNEL][+NAME=INT...], flashmla or flashmla_sparse, got {text!r}")
+    if not switches:
+        return impl, {}
+    if not impl.startswith("native:"):
+        raise SystemExit(f"counters: -D switches are ours only, for one kernel (native:KERNEL), got {text!r}")
+    try:  # (a switch the kernel never names would silently time its default build)
+        defines = parse_variants(switches.replace("+", ","))[0]
+        check_switches(impl.partition(":")[2], [defines])
+    except ValueError as e:
+        raise SystemExit(f"counters: {e}") from None
     return impl, defines
 
 
