@@ -132,6 +132,16 @@ TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r,
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 
+// Every stage's part mbarriers, by thread 0 (the loader's 128 threads arrive on each through
+// cp.async.mbarrier.arrive), then the CTA's only barrier
+__device__ __forceinline__ void init_parts(uint32_t full0) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);
+    mbar_fence_init();
+  }
+  __syncthreads();
+}
+
 // Both math warpgroups, after their last P V: the whole row sums (both warpgroups' tiles), then
 // the normalised partial rows and their lse (natural log); an empty split: m = -inf, l = 0
 __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, float (&o)[128], const float (&m_r)[2],
@@ -198,11 +208,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
   const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * PARTS + gr); };
 
-  if (tid == 0) {
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);
-    mbar_fence_init();
-  }
-  __syncthreads();
+  init_parts(full0);
 
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
@@ -275,19 +281,13 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m_r[2] = {-INFINITY, -INFINITY};  // the pair's max after the last pair (both warpgroups)
   float l_r[2] = {0.f, 0.f};              // this thread's share of the row sums of this warpgroup's tiles
-  auto fence_o = [&]() {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
-  };
+  auto fence_o = [&]() { fence_operands(o); };
 
   auto math = [&](auto first) {
     constexpr int C = decltype(first)::value;
     float s[SN];
     uint32_t pa[BN / 16][4];
-    auto fence_s = [&]() {
-#pragma unroll
-      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
-    };
+    auto fence_s = [&]() { fence_operands(s); };
     // group gr of Q K^T (tile) into s, once it has landed
     auto qk_group = [&](int tile, auto gr_c) {
       constexpr int GR = decltype(gr_c)::value;
@@ -490,11 +490,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
-  if (tid == 0) {
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);  // the loader's 128 threads arrive (cp.async.mbarrier.arrive) per tile
-    mbar_fence_init();
-  }
-  __syncthreads();  // the only CTA-wide barrier
+  init_parts(full0);
 
   if (wg == 2) {
     // ------------------------------------------------ warpgroup 2: every load
@@ -582,10 +578,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   float m_r[2] = {-INFINITY, -INFINITY};  // the running max after the last tile seen (both warpgroups)
   float l_r[2] = {0.f, 0.f};              // this thread's share of the row sums of this warpgroup's tiles
-  auto fence_o = [&]() {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) fence_operand(o[i]);
-  };
+  auto fence_o = [&]() { fence_operands(o); };
 
   // The loop runs with this warpgroup's first tile C as a compile-time constant: with t starting
   // at a thread-derived value, ptxas takes every wgmma under a t-dependent condition as
@@ -627,8 +620,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (t >= 1) other_tile(t - 1);
       wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
-#pragma unroll
-      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+      fence_operands(s);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
         mbar_wait(full(t, part), (t >> 1) & 1);
@@ -651,8 +643,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (t >= 1 && t + 1 < n) bar_arrive(EMPTY_OTHERS, NT);
       // (4) the softmax of tile t
       wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < SN; ++i) fence_operand(s[i]);
+      fence_operands(s);
       fence_o();
       trace(C, t, kQKDone);
       if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked

@@ -282,6 +282,12 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // keeps the compiler from moving accumulator reads/writes across the asynchronous MMA
 __device__ __forceinline__ void fence_operand(float& x) { asm volatile("" : "+f"(x)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
+// fence_operand over a whole register array (an accumulator, a set of fragments)
+template <typename T, int N>
+__device__ __forceinline__ void fence_operands(T (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fence_operand(x[i]);
+}
 
 // S[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T, both K-major in shared memory.
 __device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t da, uint64_t db, int accumulate) {
