@@ -35,6 +35,9 @@
 #ifndef TV_PAIR
 #define TV_PAIR 0  // 1: the pair schedule (verify_partial_pairs) instead of tiles in turns
 #endif
+#ifndef TV_DESC_ADD
+#define TV_DESC_ADD 0  // 1: Q K^T's descriptors as one per operand plus a k-step's offset (desc_add)
+#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -131,6 +134,9 @@ TVG_HD constexpr uint32_t p_buf(uint32_t stage_base) { return stage_base + ROPE_
 TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
+// the bytes between P V's k-steps in P's buffer and in the tile (desc_add)
+constexpr uint32_t P_KSTEP = 256, V_KSTEP = 16 * 128;
+static_assert(p_desc(0, 1) == desc_add(p_desc(0, 0), P_KSTEP) && v_desc(0, 1, 1) == desc_add(v_desc(0, 1, 0), V_KSTEP), "k-step strides");
 
 // Every stage's part mbarriers, by thread 0 (the loader's 128 threads arrive on each through
 // cp.async.mbarrier.arrive), then the CTA's only barrier
@@ -197,7 +203,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const uint32_t full0 = smem_u32(sm.full);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2;
+  const int wg = TV_DESC_ADD ? __shfl_sync(0xffffffffu, warp >> 2, 0) : warp >> 2;  // (see verify_partial)
   const int wr = (warp & 3) * 16;
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = blockIdx.x * BM;
@@ -292,6 +298,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     auto qk_group = [&](int tile, auto gr_c) {
       constexpr int GR = decltype(gr_c)::value;
       const uint32_t qb = opaque(sQ), kb = opaque(stage(tile));  // (visible bases: ptxas hoists every descriptor and spills)
+      const uint64_t dq = kstep_desc(qb, BM, 0), dk = kstep_desc(kb, BN, 0);
       mbar_wait(full(tile, GR), (tile >> 1) & 1);
       fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
       wgmma_fence();
@@ -300,7 +307,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
-          wgmma_qk64(s, kstep_desc(qb, BM, ks), kstep_desc(kb, BN, ks), GR > 0 || j > 0 || k > 0);
+          if constexpr (TV_DESC_ADD)
+            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
+          else
+            wgmma_qk64(s, kstep_desc(qb, BM, ks), kstep_desc(kb, BN, ks), GR > 0 || j > 0 || k > 0);
         }
       wgmma_commit();
     };
@@ -477,7 +487,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const uint32_t full0 = smem_u32(sm.full);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2;
+  // (broadcast from lane 0, so ptxas knows it warp-uniform: the math's branch and what it computes
+  // may then use the uniform datapath)
+  const int wg = TV_DESC_ADD ? __shfl_sync(0xffffffffu, warp >> 2, 0) : warp >> 2;
   const int wr = (warp & 3) * 16;  // this warp's 16 rows within the CTA's 64 (math warpgroups)
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = blockIdx.x * BM;
@@ -606,9 +618,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       l_r[1] *= au[1];
       if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
       wgmma_fence();
+      const uint64_t dp = p_desc(p_buf(stage(u)), 0), dv = v_desc(stage(u), C, 0);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
+        if constexpr (runs(kSkipPV) && TV_DESC_ADD)
+          wgmma_pv_ss(o, desc_add(dp, P_KSTEP * kk), desc_add(dv, V_KSTEP * kk));
+        else if constexpr (runs(kSkipPV))
+          wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
     };
     for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
@@ -621,6 +637,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       wgmma_commit();  // (empty for tile 0: the same group count on every path, for (3)'s wait)
       // (2) our tile t: S = Q K^T over all 576 dims, each part's k-steps once it has landed
       fence_operands(s);
+      const uint64_t dq = kstep_desc(sQ, BM, 0), dk = kstep_desc(stage(t), BN, 0);
 #pragma unroll
       for (int part = 0; part < PARTS; ++part) {
         mbar_wait(full(t, part), (t >> 1) & 1);
@@ -630,7 +647,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         wgmma_fence();
 #pragma unroll
         for (int ks = part * 4 * PART_BLOCKS; ks < (part + 1) * 4 * PART_BLOCKS; ++ks)
-          if constexpr (runs(kSkipQK)) {
+          if constexpr (runs(kSkipQK) && TV_DESC_ADD) {
+            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), ks > 0);
+          } else if constexpr (runs(kSkipQK)) {
             wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
           } else if (ks == 0) {
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
@@ -687,9 +706,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
+      const uint64_t dv = v_desc(stage(t), C, 0);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
+        if constexpr (runs(kSkipPV) && TV_DESC_ADD)
+          wgmma_pv(o, a[kk], desc_add(dv, V_KSTEP * kk));
+        else if constexpr (runs(kSkipPV))
+          wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
       wgmma_commit();
       trace(C, t, kPVIssued);
     }

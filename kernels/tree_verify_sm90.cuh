@@ -42,6 +42,11 @@ TVG_HD constexpr uint32_t kstep_offset(int rows, int k16) { return (uint32_t)((k
 TVG_HD constexpr uint64_t kstep_desc(uint32_t tile_base, int rows, int k16) {
   return make_desc(tile_base + kstep_offset(rows, k16), 16, 1024);
 }
+// The descriptor of `desc`'s address plus `off` bytes, a 32-bit add on the low word: the address
+// field holds (saddr & 0x3FFFF) >> 4 and a shared address under 256 KB carries nothing out of it
+TVG_HD constexpr uint64_t desc_add(uint64_t desc, uint32_t off) {
+  return (desc & ~0xFFFFFFFFull) | (uint32_t)((uint32_t)desc + (off >> 4));
+}
 // MN-major operand (the tile read transposed: V of P V) of keys 16 kk .. 16 kk + 15 and the
 // columns from column block `block` on: 64-column blocks rows * 128 bytes apart
 TVG_HD constexpr uint64_t mn_desc(uint32_t tile_base, int rows, int block, int kk) {

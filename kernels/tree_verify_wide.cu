@@ -66,6 +66,9 @@ constexpr int COLS = NQ / 4;                    // query rows (columns) a thread
 // rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
 // and the sums stay far inside bf16 / float32 range
 constexpr float RESCALE_SLACK = 64.f;
+#ifndef TV_DESC_ADD
+#define TV_DESC_ADD 0  // 1: every wgmma's descriptors as one per operand plus a k-step's offset (desc_add)
+#endif
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
@@ -134,6 +137,11 @@ TVG_HD constexpr uint64_t pt_desc(uint32_t buf, int kk) { return make_desc_inter
 TVG_HD constexpr uint64_t vt_desc(uint32_t tile_base, int wg, int mb, int kk) { return mn_desc(tile_base, BN, MB * wg + mb, kk); }
 // B operand of S^T (Q's 72 rows), k-step ks
 TVG_HD constexpr uint64_t q_desc(uint32_t q_base, int ks) { return kstep_desc(q_base, NQ, ks); }
+// the bytes between two k-steps of P^T, between two output blocks and two k-steps of V^T (desc_add)
+constexpr uint32_t PT_KSTEP = 256, VT_BLOCK = BN * 128, VT_KSTEP = 16 * 128;
+static_assert(pt_desc(0, 1) == desc_add(pt_desc(0, 0), PT_KSTEP) &&
+                  vt_desc(0, 1, 1, 1) == desc_add(vt_desc(0, 1, 0, 0), VT_BLOCK + VT_KSTEP),
+              "output-block and k-step strides");
 // accumulator entry 4 i + 2 h + c: M row 16 w + g + 8 h, N column 8 i + 2 t4 + c; column index ci = 2 i + c
 TVG_HD constexpr int col_of(int ci, int t4) { return 8 * (ci >> 1) + 2 * t4 + (ci & 1); }
 // the node of query row `row` (clamped to R - 1) from the CTA's first node node0 = row0 / H and
@@ -275,11 +283,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // every descriptor out of the loop and spills them)
     auto issue_pv = [&](int tile) {  // O^T[256 C ..] += V^T P^T (tile), asynchronous
       const uint32_t base = opaque(stage(tile));
+      const uint64_t dv = vt_desc(base, C, 0, 0), dp = pt_desc(pt_buf(base), 0);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
-          if constexpr (runs(kSkipPV)) wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
+          if constexpr (runs(kSkipPV) && TV_DESC_ADD)
+            wgmma_t72(o[mb], desc_add(dv, VT_BLOCK * mb + VT_KSTEP * kk), desc_add(dp, PT_KSTEP * kk), 1);
+          else if constexpr (runs(kSkipPV))
+            wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
       wgmma_commit();
     };
 
@@ -347,6 +359,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         // the key tile twice), each part of the tile as it lands
         auto issue_qk = [&](int tile) {
           const uint32_t kb = opaque(stage(tile)), qb = opaque(sQ);
+          const uint64_t dk = kstep_desc(kb, BN, 0), dq = q_desc(qb, 0);
           fence_s();
           wgmma_fence();
 #pragma unroll
@@ -355,7 +368,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
-              if constexpr (runs(kSkipQK)) wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
+              if constexpr (runs(kSkipQK) && TV_DESC_ADD)
+                wgmma_t72<0>(s, desc_add(dk, kstep_offset(BN, ks)), desc_add(dq, kstep_offset(NQ, ks)), ks > 0);
+              else if constexpr (runs(kSkipQK))
+                wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
             }
           }
           wgmma_commit();
