@@ -35,9 +35,6 @@
 #ifndef TV_PAIR
 #define TV_PAIR 0  // 1: the pair schedule (verify_partial_pairs) instead of tiles in turns
 #endif
-#ifndef TV_DESC_ADD
-#define TV_DESC_ADD 0  // 1: Q K^T's descriptors as one per operand plus a k-step's offset (desc_add)
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -203,7 +200,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const uint32_t full0 = smem_u32(sm.full);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = TV_DESC_ADD ? __shfl_sync(0xffffffffu, warp >> 2, 0) : warp >> 2;  // (see verify_partial)
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);  // (warp-uniform to ptxas: see verify_partial)
   const int wr = (warp & 3) * 16;
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = blockIdx.x * BM;
@@ -307,10 +304,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
-          if constexpr (TV_DESC_ADD)
-            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
-          else
-            wgmma_qk64(s, kstep_desc(qb, BM, ks), kstep_desc(kb, BN, ks), GR > 0 || j > 0 || k > 0);
+          wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
         }
       wgmma_commit();
     };
@@ -487,9 +481,9 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const uint32_t full0 = smem_u32(sm.full);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  // (broadcast from lane 0, so ptxas knows it warp-uniform: the math's branch and what it computes
-  // may then use the uniform datapath)
-  const int wg = TV_DESC_ADD ? __shfl_sync(0xffffffffu, warp >> 2, 0) : warp >> 2;
+  // (broadcast from lane 0, so ptxas knows it warp-uniform: the descriptors the math computes stay
+  // in uniform registers, with no R2UR before each wgmma)
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int wr = (warp & 3) * 16;  // this warp's 16 rows within the CTA's 64 (math warpgroups)
   const int g = lane >> 2, t4 = lane & 3;
   const int row0 = blockIdx.x * BM;
@@ -621,10 +615,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const uint64_t dp = p_desc(p_buf(stage(u)), 0), dv = v_desc(stage(u), C, 0);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV) && TV_DESC_ADD)
-          wgmma_pv_ss(o, desc_add(dp, P_KSTEP * kk), desc_add(dv, V_KSTEP * kk));
-        else if constexpr (runs(kSkipPV))
-          wgmma_pv_ss(o, p_desc(p_buf(stage(u)), kk), v_desc(stage(u), C, kk));
+        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, desc_add(dp, P_KSTEP * kk), desc_add(dv, V_KSTEP * kk));
     };
     for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
@@ -647,10 +638,8 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         wgmma_fence();
 #pragma unroll
         for (int ks = part * 4 * PART_BLOCKS; ks < (part + 1) * 4 * PART_BLOCKS; ++ks)
-          if constexpr (runs(kSkipQK) && TV_DESC_ADD) {
+          if constexpr (runs(kSkipQK)) {
             wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), ks > 0);
-          } else if constexpr (runs(kSkipQK)) {
-            wgmma_qk64(s, kstep_desc(sQ, BM, ks), kstep_desc(stage(t), BN, ks), ks > 0);
           } else if (ks == 0) {
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
           }
@@ -709,10 +698,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       const uint64_t dv = v_desc(stage(t), C, 0);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV) && TV_DESC_ADD)
-          wgmma_pv(o, a[kk], desc_add(dv, V_KSTEP * kk));
-        else if constexpr (runs(kSkipPV))
-          wgmma_pv(o, a[kk], v_desc(stage(t), C, kk));
+        if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], desc_add(dv, V_KSTEP * kk));
       wgmma_commit();
       trace(C, t, kPVIssued);
     }

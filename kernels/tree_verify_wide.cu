@@ -66,9 +66,6 @@ constexpr int COLS = NQ / 4;                    // query rows (columns) a thread
 // rescaled almost never (the factors go through global memory, slow behind the loads); P, O^T
 // and the sums stay far inside bf16 / float32 range
 constexpr float RESCALE_SLACK = 64.f;
-#ifndef TV_DESC_ADD
-#define TV_DESC_ADD 0  // 1: every wgmma's descriptors as one per operand plus a k-step's offset (desc_add)
-#endif
 #ifndef TV_WIDE_WARM
 #define TV_WIDE_WARM 1  // warpgroup 0 runs its softmax's code once while tile 0 lands
 #endif
@@ -288,10 +285,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
         for (int mb = 0; mb < MB; ++mb)
-          if constexpr (runs(kSkipPV) && TV_DESC_ADD)
-            wgmma_t72(o[mb], desc_add(dv, VT_BLOCK * mb + VT_KSTEP * kk), desc_add(dp, PT_KSTEP * kk), 1);
-          else if constexpr (runs(kSkipPV))
-            wgmma_t72(o[mb], vt_desc(base, C, mb, kk), pt_desc(pt_buf(base), kk), 1);
+          if constexpr (runs(kSkipPV)) wgmma_t72(o[mb], desc_add(dv, VT_BLOCK * mb + VT_KSTEP * kk), desc_add(dp, PT_KSTEP * kk), 1);
       wgmma_commit();
     };
 
@@ -368,10 +362,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             if (part == 0) trace(0, tile, kPart0);
 #pragma unroll
             for (int ks = part * PART_KSTEPS; ks < (part + 1) * PART_KSTEPS; ++ks) {
-              if constexpr (runs(kSkipQK) && TV_DESC_ADD)
-                wgmma_t72<0>(s, desc_add(dk, kstep_offset(BN, ks)), desc_add(dq, kstep_offset(NQ, ks)), ks > 0);
-              else if constexpr (runs(kSkipQK))
-                wgmma_t72<0>(s, kstep_desc(kb, BN, ks), q_desc(qb, ks), ks > 0);
+              if constexpr (runs(kSkipQK)) wgmma_t72<0>(s, desc_add(dk, kstep_offset(BN, ks)), desc_add(dq, kstep_offset(NQ, ks)), ks > 0);
             }
           }
           wgmma_commit();

@@ -283,6 +283,41 @@ int main() {
         for (int n = 0; n < VH; ++n)
           expect(mn_major(db, n, k) == element(k_base, BN, 16 * kk + k, half * VH + n), "PV B = V[key][col]", half, kk, n, k);
     }
+  // desc_add (the kernels' per-k-step descriptors: one per operand plus the step's bytes) is the
+  // descriptor of the moved address, for every 16-byte address and step inside 227 KB...
+  for (uint32_t a = 0; a < 227 * 1024; a += 16)
+    for (uint32_t off : {16u, 32u, 256u, 2048u, 8192u, 73728u, 147456u})
+      if (a + off < 227 * 1024) {
+        expect(desc_add(make_desc(a, 16, 1024), off) == make_desc(a + off, 16, 1024), "desc_add: swizzled", a, off, 0, 0);
+        expect(desc_add(make_desc_interleave(a, 128, 1024), off) == make_desc_interleave(a + off, 128, 1024), "desc_add: interleave", a, off, 0, 0);
+      }
+  // ...and, as the seesaw and wide kernels write them, each k-step's descriptors in every stage
+  for (int st = 0; st < tvsee::STAGES; ++st) {
+    const uint32_t sq = 1024, sk = sq + tvsee::Q_B + st * tvsee::TILE_B;
+    const uint64_t dq = kstep_desc(sq, tvsee::BM, 0), dk = kstep_desc(sk, tvsee::BN, 0);
+    for (int ks = 0; ks < tvsee::KSTEPS; ++ks)
+      expect(desc_add(dq, kstep_offset(tvsee::BM, ks)) == kstep_desc(sq, tvsee::BM, ks) &&
+                 desc_add(dk, kstep_offset(tvsee::BN, ks)) == kstep_desc(sk, tvsee::BN, ks),
+             "seesaw: Q K^T's k-step descriptors", st, ks, 0, 0);
+    for (int c = 0; c < 2; ++c)
+      for (int kk = 0; kk < tvsee::BN / 16; ++kk)
+        expect(desc_add(tvsee::v_desc(sk, c, 0), tvsee::V_KSTEP * kk) == tvsee::v_desc(sk, c, kk) &&
+                   desc_add(tvsee::p_desc(tvsee::p_buf(sk), 0), tvsee::P_KSTEP * kk) == tvsee::p_desc(tvsee::p_buf(sk), kk),
+               "seesaw: P V's k-step descriptors", st, c, kk, 0);
+  }
+  for (int st = 0; st < tvwide::STAGES; ++st) {
+    const uint32_t sq = offsetof(tvwide::Smem, q), sk = offsetof(tvwide::Smem, stage) + st * tvwide::STAGE_B;
+    for (int ks = 0; ks < tvwide::KSTEPS; ++ks)
+      expect(desc_add(kstep_desc(sk, tvwide::BN, 0), kstep_offset(tvwide::BN, ks)) == kstep_desc(sk, tvwide::BN, ks) &&
+                 desc_add(tvwide::q_desc(sq, 0), kstep_offset(tvwide::NQ, ks)) == tvwide::q_desc(sq, ks),
+             "wide: S^T's k-step descriptors", st, ks, 0, 0);
+    for (int c = 0; c < 2; ++c)
+      for (int mb = 0; mb < tvwide::MB; ++mb)
+        for (int kk = 0; kk < tvwide::BN / 16; ++kk)
+          expect(desc_add(tvwide::vt_desc(sk, c, 0, 0), tvwide::VT_BLOCK * mb + tvwide::VT_KSTEP * kk) == tvwide::vt_desc(sk, c, mb, kk) &&
+                     desc_add(tvwide::pt_desc(tvwide::pt_buf(sk), 0), tvwide::PT_KSTEP * kk) == tvwide::pt_desc(tvwide::pt_buf(sk), kk),
+                 "wide: P V's descriptors", st, c, mb, kk);
+  }
   // the 14-bit descriptor fields hold the largest addresses and strides used
   expect(start_of(make_desc(SMEM_BYTES - 16, BN * 128, 1024)) == (uint32_t)(SMEM_BYTES - 16), "start fits", SMEM_BYTES, 0, 0, 0);
   expect(lbo_of(make_desc(0, BN * 128, 1024)) == (uint32_t)(BN * 128), "lbo fits", BN * 128, 0, 0, 0);
