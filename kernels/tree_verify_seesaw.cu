@@ -1,28 +1,28 @@
 // specdiag-arch: sm_90a
-// Hopper tree-verify partial kernel: two math warpgroups take 64-key tiles in turn (FlashMLA's
-// "seesaw" schedule) and a third issues every load; 64 query rows per CTA, 2 stages.
-//   * math warpgroup c (0 or 1) owns the tiles t with t % 2 == c: S = Q K^T (t) over all 576 dims
-//     (m64n64k16, Q and the tile from shared memory), the mask and the lazy online softmax, and it
-//     hands P (t), the row factors alpha (t) and the running max to the other;
-//   * each math warpgroup keeps half of O (columns 256 c ..) and adds P V for every tile: its own
-//     tile's P from registers, the other's from shared memory;
-//   * warpgroup 2 loads Q, then each tile into its stage once both math warpgroups are done with
-//     the tile before; a tile lands in 3 parts of 3 column blocks, each completing its own
-//     mbarrier (cp.async.mbarrier.arrive), so Q K^T starts on the first part. TV_TREE_BITS=1: in a
-//     tree split it also writes each row's visible keys of the tile as bits and hands them to the
-//     tile's owner (named barrier VIS of the stage), which masks from them.
-// P (t) goes where tile t's dims 512..575 were: only Q K^T (t) reads them, and P V reads dims
-// 0..511 only, so each stage carries its own P and Q plus two stages fit.
+// Hopper tree-verify partial kernel: two math warpgroups and a third that issues every load; 64
+// query rows per CTA, 64-key tiles, 2 stages. Each math warpgroup c keeps half of O (columns
+// 256 c ..) and adds P V for every tile: its own tile's P from registers, the other's from shared
+// memory. P (t) goes where tile t's dims 512..575 were (only Q K^T (t) reads them; P V reads dims
+// 0..511), so each stage carries its own P and Q plus two stages fit.
 //
-// Math warpgroup c, step for its tile t (tile t - 1 is the other's):
+// The pair schedule (TV_PAIR=1, the default; FlashMLA's SM90 order): tiles go in pairs, math
+// warpgroup 0 takes a = 2i (stage 0), 1 takes b = 2i + 1 (stage 1), both compute Q K^T at once
+// and share the pair's max (verify_partial_pairs).
+//
+// Tiles in turns (TV_PAIR=0, FlashMLA's "seesaw"): math warpgroup c owns the tiles t with
+// t % 2 == c and hands P (t), the row factors and the running max to the other. Step for its
+// tile t (tile t - 1 is the other's):
 //   (0) its P V (t - 2) done: arrive EMPTY (t - 2) (the loader puts tile t there);
 //   (1) wait P (t - 1): rescale O by alpha (t - 1), issue P V (t - 1), P from shared memory;
 //   (2) for each part of tile t: wait for its mbarrier, issue its 12 k-steps of Q K^T (t);
 //   (3) P V (t - 1) done: arrive EMPTY (t - 1) (the loader puts tile t + 1 there);
 //   (4) Q K^T (t) done: softmax, P (t) and the row factors into shared memory, arrive P (t);
 //   (5) rescale O by alpha (t), issue P V (t), P from registers.
-// TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations: results wrong by design.
-// TV_TRACE=1 records the per-tile timeline of one CTA (tvsee::Event; specdiag.bench.trace).
+// A tile lands in 3 parts of 3 column blocks, each on its own mbarrier (cp.async.mbarrier.arrive),
+// so Q K^T starts on the first. Only this schedule has TV_TRACE=1 (the per-tile timeline of one
+// CTA, tvsee::Event; specdiag.bench.trace) and TV_TREE_BITS=1 (tree tiles masked from bits the
+// loader writes, handed over on named barrier VIS of the stage).
+// TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations of either: results wrong by design.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -33,7 +33,7 @@
 #define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
 #endif
 #ifndef TV_PAIR
-#define TV_PAIR 0  // 1: the pair schedule (verify_partial_pairs) instead of tiles in turns
+#define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
@@ -79,10 +79,10 @@ struct TreeVis<true> {
   uint32_t vis[STAGES][2 * BM];  // [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of a tree tile
 };
 template <bool ON>
-struct PairP {};  // (empty: the default build's layout and size are unchanged)
+struct PairP {};  // (empty in the turn-taking schedule's build)
 template <>
 struct PairP<true> {
-  alignas(1024) uint8_t p[P_B];  // TV_PAIR: P of a pair's odd tile (its stage's rope block is freed early)
+  alignas(1024) uint8_t p[P_B];  // P of a pair's odd tile (its stage's rope block is freed early)
 };
 struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte address bits
   uint8_t q[Q_B];
@@ -92,7 +92,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
   TreeVis<TV_TREE_BITS> tree;     // TV_TREE_BITS=1 only
-  PairP<TV_PAIR != 0> pair;       // TV_PAIR=1 only
+  PairP<TV_PAIR != 0> pair;       // the pair schedule only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
@@ -194,7 +194,7 @@ __device__ __forceinline__ float max_factor(float m_old, float m_new) { return e
 
 template <int = 0>
 __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) {
-  static_assert((TV_SKIP & ~kSkipLoads) == 0 && TV_TRACE == 0 && TV_TREE_BITS == 0, "the pair schedule: no ablations but the loads', no trace or bits");
+  static_assert(TV_TRACE == 0 && TV_TREE_BITS == 0, "TV_TRACE and TV_TREE_BITS build the turn-taking schedule: add TV_PAIR=0");
   Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
@@ -304,11 +304,15 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
-          wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
+          if constexpr (runs(kSkipQK))
+            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
+          else if (GR == 0 && j == 0 && k == 0)
+            for (int i = 0; i < SN; ++i) s[i] = 0.f;
         }
       wgmma_commit();
     };
     auto mask = [&](int tile) {
+      if constexpr (!runs(kSkipSoftmax)) return;
       if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
@@ -328,6 +332,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       }
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
     };
+    // the softmax's steps (TV_SKIP's kSkipSoftmax: no max, no exponent, every factor 1)
+    auto row_max = [&](int r) { return runs(kSkipSoftmax) ? tvc::quad_row_max<BN>(s, r) : -INFINITY; };
+    auto row_exp = [&](int r, float m) { return runs(kSkipSoftmax) ? tvc::exp2_row<BN, FAST_EXP>(s, r, m) : 0.f; };
+    auto factor = [&](float m_old, float m_new) { return runs(kSkipSoftmax) ? max_factor(m_old, m_new) : 1.f; };
     auto rescale_o = [&](const float (&f)[2]) {
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
     };
@@ -354,9 +362,9 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         float m0[2], f[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          m0[r] = fmaxf(m_r[r], tvc::quad_row_max<BN>(s, r));
-          f[r] = max_factor(m_r[r], m0[r]);
-          l_r[r] = l_r[r] * f[r] + tvc::exp2_row<BN, FAST_EXP>(s, r, m0[r] == -INFINITY ? 0.f : m0[r]);
+          m0[r] = fmaxf(m_r[r], row_max(r));
+          f[r] = factor(m_r[r], m0[r]);
+          l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
         if (t4 == 0) {
           my_max[0] = m0[0];
@@ -369,7 +377,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, pa[kk], v_desc(stage(a), 0, kk));
+        for (int kk = 0; kk < BN / 16; ++kk)
+          if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_desc(stage(a), 0, kk));
         wgmma_commit();
         wgmma_wait<0>();
         fence_o();
@@ -380,7 +389,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float mm = mx[8 * r];
-          f[r] = max_factor(m0[r], mm);
+          f[r] = factor(m0[r], mm);
           m_r[r] = mm;
           l_r[r] *= f[r];
         }
@@ -393,7 +402,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           bar_sync(kBarP1, 2 * WG);
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_odd, kk), v_desc(stage(a + 1), 0, kk));
+          for (int kk = 0; kk < BN / 16; ++kk)
+            if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_odd, kk), v_desc(stage(a + 1), 0, kk));
           wgmma_commit();
         }
       }
@@ -418,10 +428,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         float f[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const float mm = has_b ? fmaxf(m0[8 * r], tvc::quad_row_max<BN>(s, r)) : m0[8 * r];
-          f[r] = max_factor(m_r[r], mm);
+          const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
+          f[r] = factor(m_r[r], mm);
           l_r[r] *= f[r];
-          if (has_b) l_r[r] += tvc::exp2_row<BN, FAST_EXP>(s, r, mm == -INFINITY ? 0.f : mm);
+          if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
           m_r[r] = mm;
         }
         if (t4 == 0) {
@@ -438,14 +448,16 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           bar_arrive(kBarP1, 2 * WG);
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv(o, pa[kk], v_desc(stage(a + 1), 1, kk));
+          for (int kk = 0; kk < BN / 16; ++kk)
+            if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_desc(stage(a + 1), 1, kk));
           wgmma_commit();
         }
         // our half of P V (a), P (a) at M from warpgroup 0
         bar_sync(kBarP0, 2 * WG);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, p_desc(p_buf(stage(a)), kk), v_desc(stage(a), 1, kk));
+        for (int kk = 0; kk < BN / 16; ++kk)
+          if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(a)), kk), v_desc(stage(a), 1, kk));
         wgmma_commit();
         if (has_b) {
           wgmma_wait<1>();

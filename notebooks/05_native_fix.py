@@ -107,8 +107,10 @@ print(
 # * **merge**: each split writes its normalised output and LSE; a second kernel combines them.
 #
 # On Hopper the seesaw kernel runs three warpgroups per CTA: one issues every tile load, two take
-# the 64-key tiles in turn, each computing its tile's scores and softmax while the other's P V
-# runs on the tensor cores. The wide kernel takes all 72 query rows of an 8-head, 9-node request in
+# the 64-key tiles in pairs, each computing one tile's scores while the other computes the
+# other's, then both adding P V of both tiles to their halves of the output (FlashMLA's order;
+# until the thirty-third session they took the tiles in turn, which the recordings below
+# measured: `docs/kernel_notes.md`). The wide kernel takes all 72 query rows of an 8-head, 9-node request in
 # one CTA (keys in the wgmma's M, query rows in its N), where the 64-row kernels need two CTAs that
 # each read every key. Each kernel's launch shape, from the registry:
 
@@ -392,8 +394,8 @@ pd.DataFrame(abl["rows"]).pivot_table(
 ).round(2)
 
 # %% [markdown]
-# **Tile by tile.** A build of the seesaw kernel that timestamps each tile's steps in one CTA
-# (`TV_TRACE`, `python -m specdiag.bench trace`) shows where a tile's cycles go: how long each
+# **Tile by tile.** A build of the seesaw kernel (its turn-taking schedule, `TV_PAIR=0`) that
+# timestamps each tile's steps in one CTA (`TV_TRACE`, `python -m specdiag.bench trace`) shows where a tile's cycles go: how long each
 # math warpgroup waits for its tile to land, how long the loader takes to issue a tile's copies,
 # and the period between tiles. Here with one math stage left out at a time (`TV_SKIP` 1: Q K^T,
 # 2: P V, 4: the softmax, 3: both products).

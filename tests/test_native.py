@@ -565,7 +565,8 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     wgmma pipeline (it would time ptxas, not the stage), the builds without matrix multiplies
     lose them, and the loads and page lookups go where they say. Spill-free: every build but the
     wide kernel's no_qk, no_pv and no_mma, which spill 4-40 bytes a thread (ptxas places the
-    emptied accumulators differently; no_mma keeps four values in local memory across its loop)."""
+    emptied accumulators differently; no_mma keeps four values in local memory across its loop),
+    and the seesaw kernel's no_loads (16 bytes, mostly outside its loop)."""
     from specdiag.bench.ablation import VARIANTS
 
     spec = KERNELS[impl]
@@ -583,7 +584,9 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     for name, skip in VARIANTS.items():
         f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": skip})[spec.entry]
         assert not f.wgmma_serialized, name
-        if impl == "wgmma_seesaw" or name not in ("no_qk", "no_pv", "no_mma"):
+        if (impl, name) == ("wgmma_seesaw", "no_loads"):
+            assert f.stack_frame <= 16 and f.spill_stores <= 16, f
+        elif impl == "wgmma_seesaw" or name not in ("no_qk", "no_pv", "no_mma"):
             assert not f.spills and f.stack_frame == 0, name
     full = kernels.sass(spec.source)
     no_mma = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_mma"]})
@@ -600,18 +603,22 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
 
 @pytest.mark.sass
 def test_seesaw_tree_bits_is_a_variant_apart():
-    """TV_TREE_BITS=1 (the seesaw kernel's tree tiles masked from bits the loader writes;
+    """TV_TREE_BITS=1 (the turn-taking schedule's tree tiles masked from bits the loader writes;
     data/history/session31_h100.json run8) builds without a serialised wgmma pipeline (since the
     descriptors are built once per operand, thirty-third session, it spills 4 bytes), hands the
-    bits over on named barriers 6 and 7 and takes 1 KB more shared memory; the default build has
-    none of it."""
+    bits over on named barriers 6 and 7 and takes 1 KB more shared memory; the build without it
+    has none of it."""
     spec = KERNELS["wgmma_seesaw"]
-    f = kernels.nvcc_check(spec.source, defines={"TV_TREE_BITS": 1})[spec.entry]
+    bits, turns = {"TV_TREE_BITS": 1, "TV_PAIR": 0}, {"TV_PAIR": 0}
+    f = kernels.nvcc_check(spec.source, defines=bits)[spec.entry]
     assert f.stack_frame <= 8 and f.spill_stores <= 4 and not f.wgmma_serialized, f
-    on, off = kernels.sass(spec.source, defines={"TV_TREE_BITS": 1}), kernels.sass(spec.source)
+    on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source, defines=turns)
     vis = r"BAR\.(?:SYNC\.DEFER_BLOCKING|ARV) 0x[67], 0x100"
     assert len(re.findall(vis, on)) == 4 and not re.findall(vis, off)
-    assert kernels.ptx_config(spec.source, defines={"TV_TREE_BITS": 1}).smem_bytes == spec.smem_bytes + 1024
+    assert (
+        kernels.ptx_config(spec.source, defines=bits).smem_bytes
+        == kernels.ptx_config(spec.source, defines=turns).smem_bytes + 1024
+    )
 
 
 @pytest.mark.sass
@@ -622,7 +629,7 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     instructions, with no R2UR: the thirty-second session's seesaw build spent 10-12 (two R2UR)
     on each one's descriptors (docs/kernel_notes.md, thirty-third session)."""
     for name, dims, builds in (
-        ("wgmma_seesaw", "64x64x16", ({}, {"TV_PAIR": 1})),
+        ("wgmma_seesaw", "64x64x16", ({}, {"TV_PAIR": 0})),
         ("wgmma_wide", "64x72x16", ({},)),
     ):
         spec = KERNELS[name]
@@ -635,19 +642,23 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
             assert sum(b - a - 1 <= 4 for a, b in steps) >= 0.85 * len(steps), (name, d)
 
 
-def test_seesaw_pair_schedule_is_a_variant_apart():
-    """TV_PAIR=1 (the seesaw kernel's pair schedule, FlashMLA's order; docs/kernel_notes.md,
-    thirty-second session) builds without a serialised wgmma pipeline, moves the registers to
-    224 / 56 and takes all of sm_90's 227 KB (P of a pair's odd tile in a buffer of its own); its
-    no-loads build (TV_SKIP=8) builds too. The default build has none of it."""
+def test_seesaw_schedules_pair_by_default_turns_apart():
+    """The seesaw kernel's default build is the pair schedule (FlashMLA's order; docs/kernel_notes.md,
+    thirty-third session): registers 224 / 56, all of sm_90's 227 KB (P of a pair's odd tile in a
+    buffer of its own), no serialised wgmma pipeline, its no-loads build too. TV_PAIR=0 builds the
+    turn-taking schedule (200 / 104 registers, 8 KB less); TV_TRACE asks for it by name."""
     spec = KERNELS["wgmma_seesaw"]
-    for d in ({"TV_PAIR": 1}, {"TV_PAIR": 1, "TV_SKIP": 8}):
+    for d in ({}, {"TV_SKIP": 8}, {"TV_PAIR": 0}):
         f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
         assert not f.wgmma_serialized and f.stack_frame <= 16, (d, f)
-    on, off = kernels.sass(spec.source, defines={"TV_PAIR": 1}), kernels.sass(spec.source)
+    pair, turns = kernels.sass(spec.source), kernels.sass(spec.source, defines={"TV_PAIR": 0})
     split = r"USETMAXREG\.(?:TRY_ALLOC|DEALLOC)\.CTAPOOL (?:UP\d, )?0x(\w+)"
-    assert sorted(set(re.findall(split, on))) == ["38", "e0"] and sorted(set(re.findall(split, off))) == ["68", "c8"]
-    assert kernels.ptx_config(spec.source, defines={"TV_PAIR": 1}).smem_bytes == 227 * 1024 > spec.smem_bytes
+    assert sorted(set(re.findall(split, pair))) == ["38", "e0"] and sorted(set(re.findall(split, turns))) == [
+        "68",
+        "c8",
+    ]
+    assert kernels.ptx_config(spec.source).smem_bytes == spec.smem_bytes == 227 * 1024
+    assert kernels.ptx_config(spec.source, defines={"TV_PAIR": 0}).smem_bytes == 227 * 1024 - 8192
 
 
 def test_ncu_counters_tool_reads_its_arguments_or_says_why_not():

@@ -171,10 +171,14 @@ def test_wide_traced_build_records_the_clock():
 @pytest.mark.sass
 def test_traced_build_records_the_clock_and_the_default_build_does_not():
     spec = KERNELS["wgmma_seesaw"]
-    f = kernels.nvcc_check(spec.source, defines={"TV_TRACE": 1})[spec.entry]
+    traced = {"TV_TRACE": 1, "TV_PAIR": 0}  # (the turn-taking schedule's: the pair schedule has none)
+    f = kernels.nvcc_check(spec.source, defines=traced)[spec.entry]
     assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
-    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines={"TV_TRACE": 1})
-    assert "SR_CLOCKLO" not in kernels.sass(spec.source)
+    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines=traced)
+    for untraced in ({}, {"TV_PAIR": 0}):
+        assert "SR_CLOCKLO" not in kernels.sass(spec.source, defines=untraced)
+    with pytest.raises(RuntimeError, match="add TV_PAIR=0"):
+        kernels.nvcc_check(spec.source, defines={"TV_TRACE": 1})
 
 
 @pytest.mark.sass

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
-TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build
+TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build (the seesaw's: TV_PAIR=0)
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
@@ -95,8 +95,9 @@ def trace_seesaw(
     context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, prefix_splits=None
 ) -> dict:
     """Run the traced seesaw build once (after a warm-up) on one request and return its events,
-    per-tile intervals and their medians."""
-    d = {**(defines or {}), "TV_TRACE": 1}
+    per-tile intervals and their medians. The trace is the turn-taking schedule's (``TV_PAIR=0``:
+    the default pair schedule has no trace build)."""
+    d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 0}
     op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
     n_tiles = _tiles_per_split(op)
     iv = intervals(raw[:, :TRACE_TILES], n_tiles)
