@@ -108,9 +108,9 @@ print(
 #
 # On Hopper the seesaw kernel runs three warpgroups per CTA: one issues every tile load, two take
 # the 64-key tiles in pairs, each computing one tile's scores while the other computes the
-# other's, then both adding P V of both tiles to their halves of the output (FlashMLA's order;
-# until the thirty-third session they took the tiles in turn, which the recordings below
-# measured: `docs/kernel_notes.md`). The wide kernel takes all 72 query rows of an 8-head, 9-node request in
+# other's, then both adding P V of both tiles to their halves of the output (FlashMLA's order).
+# The recordings below measured an earlier form that took the tiles in turn (`TV_PAIR=0`;
+# `docs/kernel_notes.md` has both). The wide kernel takes all 72 query rows of an 8-head, 9-node request in
 # one CTA (keys in the wgmma's M, query rows in its N), where the 64-row kernels need two CTAs that
 # each read every key. Each kernel's launch shape, from the registry:
 

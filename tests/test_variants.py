@@ -200,8 +200,8 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
 
 @pytest.mark.gpu
 def test_trace_and_variants_on_the_gpu():
-    """The traced build's output is the default build's bit for bit, and its timeline is whole:
-    every steady tile has every event, in order."""
+    """The traced build's output is its schedule's (tiles in turns, TV_PAIR=0) bit for bit, and
+    its timeline is whole: every steady tile has every event, in order."""
     import torch
 
     from specdiag.bench.trace import trace_seesaw
@@ -209,7 +209,10 @@ def test_trace_and_variants_on_the_gpu():
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the seesaw kernel needs sm_90")
-    rows = identity("wgmma_seesaw", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
+    turns = {"TV_PAIR": 0}
+    rows = identity(
+        "wgmma_seesaw", [{"TV_TRACE": 1, **turns}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None, base=turns
+    )
     assert rows[0]["bit_identical"]
     r = trace_seesaw(185000, 8, 9, page_size=1)  # 44 tiles per split
     med = r["median_cycles"]

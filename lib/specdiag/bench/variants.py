@@ -62,19 +62,22 @@ def check_switches(impl: str, variants: list[dict]) -> None:
                 raise ValueError(f"TV_SKIP is not a switch of kernels/{src}.cu: it has no stage ablations")
 
 
-def identity(impl: str, variants: list[dict], cases=IDENTITY_CASES, progress=print) -> list[dict]:
-    """For each variant and case: whether out and lse equal the default build's bit for bit."""
+def identity(
+    impl: str, variants: list[dict], cases=IDENTITY_CASES, progress=print, base: dict | None = None
+) -> list[dict]:
+    """For each variant and case: whether out and lse equal the default build's (or the ``base``
+    switches' build's) bit for bit."""
     from ..attention.inputs import make_verify_inputs
     from ..attention.native import NativeTreeVerify
 
     rows = []
     for lens, nodes, heads, ps in cases:
         x, _ = make_verify_inputs(lens, nodes, heads, page_size=ps, device="cuda", seed=len(lens) + nodes)
-        base = [t.clone() for t in NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl).run()]
+        ref = [t.clone() for t in NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=base).run()]
         for v in variants:
             out, lse = NativeTreeVerify(**x, scale=SOFTMAX_SCALE, impl=impl, defines=v).run()
-            same = bool(torch.equal(out, base[0]) and torch.equal(lse, base[1]))
-            diff = float((out.float() - base[0].float()).abs().max())
+            same = bool(torch.equal(out, ref[0]) and torch.equal(lse, ref[1]))
+            diff = float((out.float() - ref[0].float()).abs().max())
             rows.append(
                 dict(
                     impl=impl,
