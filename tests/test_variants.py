@@ -42,6 +42,13 @@ def test_parse_variants():
             parse_variants(bad)
 
 
+def test_seesaw_trace_refuses_the_pair_schedule():
+    from specdiag.bench.trace import trace_seesaw
+
+    with pytest.raises(ValueError, match="TV_PAIR must be 0"):
+        trace_seesaw(32768, 8, 9, defines={"TV_PAIR": 1})
+
+
 def test_trace_impls_are_the_kernels_with_a_traced_build():
     traced = {k for k, s in KERNELS.items() if "TV_TRACE" in kernels.kernel_path(s.source).read_text()}
     assert set(TRACE_IMPLS) == traced
@@ -64,6 +71,7 @@ def test_trace_impls_are_the_kernels_with_a_traced_build():
         ["trace", "--impl", "mma"],  # no TV_TRACE build
         ["trace", "--impl", "wgmma_wide", "--tree-split", "--prefix-splits", "4"],
         ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice
+        ["trace", "--defines", "TV_PAIR=1"],  # the seesaw's trace build is the turn-taking schedule's
         ["ablate", "--impl", "mma"],  # no TV_SKIP stage switches
         ["ablate", "--shapes", "185000x8"],
         ["ablate", "--page-sizes", "one"],

@@ -119,6 +119,8 @@ def main(argv=None) -> int:
                 raise ValueError("check --defines needs --impl: the kernel whose source they switch")
             if a.mode == "stalls" and variants:
                 raise ValueError("stalls samples the default build only")
+            if a.mode == "trace" and kernel == "wgmma_seesaw" and any(v.get("TV_PAIR", 0) for v in variants):
+                raise ValueError("the seesaw kernel's trace build is its turn-taking schedule's (TV_PAIR=0)")
             check_switches(kernel, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)

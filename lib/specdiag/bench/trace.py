@@ -97,6 +97,8 @@ def trace_seesaw(
     """Run the traced seesaw build once (after a warm-up) on one request and return its events,
     per-tile intervals and their medians. The trace is the turn-taking schedule's (``TV_PAIR=0``:
     the default pair schedule has no trace build)."""
+    if (defines or {}).get("TV_PAIR", 0):
+        raise ValueError("the seesaw kernel's trace build is its turn-taking schedule's: TV_PAIR must be 0")
     d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 0}
     op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
     n_tiles = _tiles_per_split(op)
