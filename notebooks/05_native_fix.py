@@ -110,9 +110,9 @@ print(
 # the 64-key tiles in pairs, each computing one tile's scores while the other computes the
 # other's, then both adding P V of both tiles to their halves of the output (FlashMLA's order).
 # The recordings below measured an earlier form that took the tiles in turn (`TV_PAIR=0`;
-# `docs/kernel_notes.md` has both). The wide kernel takes all 72 query rows of an 8-head, 9-node request in
-# one CTA (keys in the wgmma's M, query rows in its N), where the 64-row kernels need two CTAs that
-# each read every key. Each kernel's launch shape, from the registry:
+# `docs/kernel_notes.md` has both). The wide kernel takes all 72 query rows of an 8-head, 9-node
+# request in one CTA (keys in the wgmma's M, query rows in its N), where the 64-row kernels need
+# two CTAs that each read every key. Each kernel's launch shape, from the registry:
 
 # %%
 pd.DataFrame(
@@ -395,9 +395,9 @@ pd.DataFrame(abl["rows"]).pivot_table(
 
 # %% [markdown]
 # **Tile by tile.** A build of the seesaw kernel (its turn-taking schedule, `TV_PAIR=0`) that
-# timestamps each tile's steps in one CTA (`TV_TRACE`, `python -m specdiag.bench trace`) shows where a tile's cycles go: how long each
-# math warpgroup waits for its tile to land, how long the loader takes to issue a tile's copies,
-# and the period between tiles. Here with one math stage left out at a time (`TV_SKIP` 1: Q K^T,
+# timestamps each tile's steps in one CTA (`TV_TRACE`, `python -m specdiag.bench trace`) shows
+# where a tile's cycles go: how long each math warpgroup waits for its tile to land, how long the
+# loader takes to issue a tile's copies, and the period between tiles. Here with one math stage left out at a time (`TV_SKIP` 1: Q K^T,
 # 2: P V, 4: the softmax, 3: both products).
 
 

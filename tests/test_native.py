@@ -685,6 +685,7 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
             assert sum(b - a - 1 <= 4 for a, b in steps) >= 0.85 * len(steps), (name, d)
 
 
+@pytest.mark.sass
 def test_seesaw_schedules_pair_by_default_turns_apart():
     """The seesaw kernel's default build is the pair schedule (FlashMLA's order; docs/kernel_notes.md,
     thirty-third session): registers 224 / 56, all of sm_90's 227 KB (P of a pair's odd tile in a

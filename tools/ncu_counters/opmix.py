@@ -92,7 +92,10 @@ def main(out: str, shape: str, impls: str) -> None:
                     raise SystemExit(
                         f"opmix: ncu exited {res.returncode} for {impl}: {(res.stderr or res.stdout).strip()[-500:]}"
                     )
-            (kernel,) = parse_source_csv(res.stdout)
+            found = parse_source_csv(res.stdout)
+            if len(found) != 1:
+                raise SystemExit(f"opmix: {len(found)} kernel launches profiled for {impl}, expected one")
+            kernel = found[0]
             rows.append(dict(impl=impl, kernel=kernel["kernel"], roles=summarize(kernel["instructions"], tiles)))
             print(table(rows[-1]), flush=True)
     record = {"kind": "ncu_opmix", "machine": machine_metadata(), "shape": shape, "tiles": tiles, "rows": rows}
