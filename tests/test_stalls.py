@@ -96,3 +96,32 @@ def test_recorded_stalls_match_their_source_page_and_the_notes():
     for r in doc["runs"]:
         assert r["roles"]["loader"]["top"][0]["after"].startswith("BAR.SYNC")
         assert r["roles"]["math"]["top"][0]["after"].startswith("BAR.SYNC.DEFER_BLOCKING 0x3")
+
+
+def test_source_page_profiles_the_workload_then_prints_its_source_page(monkeypatch):
+    """stalls.source_page (bench stalls and tools/ncu_counters/opmix.py): ncu's SourceCounters on
+    the named kernels of ``python argv...``, then the report's source page as CSV; a failing ncu
+    is a one-line RuntimeError."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from specdiag.bench import stalls
+
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return SimpleNamespace(returncode=0, stdout="page" if "-i" in cmd else "", stderr="")
+
+    monkeypatch.setattr(stalls, "find_ncu", lambda: "ncu")
+    monkeypatch.setattr(subprocess, "run", run)
+    assert stalls.source_page(["tool.py", "--launch", "1x2x3", "flashmla"], "regex:partial") == "page"
+    profiled, printed = calls
+    assert profiled[profiled.index("--kernel-name") + 1] == "regex:partial" and "SourceCounters" in profiled
+    assert profiled[-5:] == [sys.executable, "tool.py", "--launch", "1x2x3", "flashmla"]
+    assert printed[printed.index("-i") + 1] == profiled[profiled.index("-o") + 1] + ".ncu-rep"
+    assert printed[-4:] == ["source", "--csv", "--print-source", "sass"]
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: SimpleNamespace(returncode=1, stdout="", stderr="boom"))
+    with pytest.raises(RuntimeError, match="ncu exited 1: boom"):
+        stalls.source_page(["tool.py"], "x")

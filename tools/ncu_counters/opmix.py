@@ -13,9 +13,7 @@ data/history/session33_h100.json run2 (docs/kernel_notes.md, thirty-third sessio
 """
 
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -66,7 +64,7 @@ def summarize(instructions: list[dict], tiles: int, top: int = 24) -> dict:
 
 
 def main(out: str, shape: str, impls: str) -> None:
-    from specdiag.bench.stalls import parse_source_csv
+    from specdiag.bench.stalls import parse_source_csv, source_page
     from specdiag.machine import machine_metadata
     from specdiag.probes.ncu import find_ncu
 
@@ -75,29 +73,23 @@ def main(out: str, shape: str, impls: str) -> None:
     for i in impl_list:
         parse_impl(i)
     try:
-        ncu = find_ncu()
+        find_ncu()
     except FileNotFoundError as e:
         raise SystemExit(f"opmix: {e}") from None
     tiles = -(-ctx // TILE) * -(-heads * nodes // TILE)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for impl in impl_list:
-            rep = str(Path(tmp) / "rep")
-            cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", f"regex:{KERNELS}"]
-            cmd += ["--section", "SourceCounters", "--import-source", "no", "-o", rep, "-f"]
-            cmd += [sys.executable, str(Path(__file__).parent / "counters.py"), "--launch", shape, impl]
-            for c in (cmd, [ncu, "-i", rep + ".ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]):
-                res = subprocess.run(c, capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise SystemExit(
-                        f"opmix: ncu exited {res.returncode} for {impl}: {(res.stderr or res.stdout).strip()[-500:]}"
-                    )
-            found = parse_source_csv(res.stdout)
-            if len(found) != 1:
-                raise SystemExit(f"opmix: {len(found)} kernel launches profiled for {impl}, expected one")
-            kernel = found[0]
-            rows.append(dict(impl=impl, kernel=kernel["kernel"], roles=summarize(kernel["instructions"], tiles)))
-            print(table(rows[-1]), flush=True)
+    for impl in impl_list:
+        try:
+            argv = [str(Path(__file__).parent / "counters.py"), "--launch", shape, impl]
+            page = source_page(argv, f"regex:{KERNELS}")
+        except RuntimeError as e:
+            raise SystemExit(f"opmix: {impl}: {str(e)[-500:]}") from None
+        found = parse_source_csv(page)
+        if len(found) != 1:
+            raise SystemExit(f"opmix: {len(found)} kernel launches profiled for {impl}, expected one")
+        kernel = found[0]
+        rows.append(dict(impl=impl, kernel=kernel["kernel"], roles=summarize(kernel["instructions"], tiles)))
+        print(table(rows[-1]), flush=True)
     record = {"kind": "ncu_opmix", "machine": machine_metadata(), "shape": shape, "tiles": tiles, "rows": rows}
     Path(out).write_text(json.dumps(record, indent=1))
 

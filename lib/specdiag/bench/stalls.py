@@ -21,7 +21,16 @@ from pathlib import Path
 
 from ..probes.ncu import find_ncu
 
-__all__ = ["STALL_SHAPES", "STALL_IMPLS", "WIDE_ROLES", "parse_source_csv", "summarize", "profile", "launch"]
+__all__ = [
+    "STALL_SHAPES",
+    "STALL_IMPLS",
+    "WIDE_ROLES",
+    "parse_source_csv",
+    "summarize",
+    "source_page",
+    "profile",
+    "launch",
+]
 
 STALL_SHAPES = ((185000, 8, 9), (32768, 64, 65))  # the deployment's; many query rows
 _SPLIT = "USETMAXREG.DEALLOC"  # the loader warpgroup's first instruction of its own
@@ -156,12 +165,10 @@ def launch(shapes, impl: str = "wgmma_seesaw") -> None:
         torch.cuda.profiler.stop()
 
 
-def profile(shapes=STALL_SHAPES, timeout: float = 600.0, impl: str = "wgmma_seesaw") -> str:
-    """ncu's source page (CSV) for ``launch(shapes, impl)``: SourceCounters on its partial kernel."""
-    if impl not in STALL_IMPLS:
-        raise ValueError(f"stalls samples {tuple(STALL_IMPLS)}, got {impl!r}")
+def source_page(argv: list[str], kernel_name: str, timeout: float = 600.0) -> str:
+    """ncu's source page (CSV) for ``python argv...``: SourceCounters on the kernels ``kernel_name``
+    (ncu's --kernel-name: a name or ``regex:...``) launched between cudaProfilerStart and Stop."""
     ncu = find_ncu()
-    spec = ",".join("x".join(map(str, s)) for s in shapes)
 
     def run(cmd):
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -171,10 +178,18 @@ def profile(shapes=STALL_SHAPES, timeout: float = 600.0, impl: str = "wgmma_sees
 
     with tempfile.TemporaryDirectory() as tmp:
         rep = Path(tmp) / "stalls"
-        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", STALL_IMPLS[impl][0]]
+        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--kernel-name", kernel_name]
         cmd += ["--section", "SourceCounters", "--import-source", "no", "-o", str(rep), "-f"]
-        run([*cmd, sys.executable, "-m", "specdiag.bench.stalls", "--launch", spec, impl])
+        run([*cmd, sys.executable, *argv])
         return run([ncu, "-i", f"{rep}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"])
+
+
+def profile(shapes=STALL_SHAPES, timeout: float = 600.0, impl: str = "wgmma_seesaw") -> str:
+    """ncu's source page (CSV) for ``launch(shapes, impl)``: SourceCounters on its partial kernel."""
+    if impl not in STALL_IMPLS:
+        raise ValueError(f"stalls samples {tuple(STALL_IMPLS)}, got {impl!r}")
+    spec = ",".join("x".join(map(str, s)) for s in shapes)
+    return source_page(["-m", "specdiag.bench.stalls", "--launch", spec, impl], STALL_IMPLS[impl][0], timeout)
 
 
 if __name__ == "__main__":
