@@ -86,19 +86,28 @@ def launch(shape: str, impl_text: str) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def main(out: str, shapes: str, impls: str) -> None:
-    from specdiag.machine import machine_metadata
-    from specdiag.probes.ncu import find_ncu, run_ncu
+def preflight(impls: str, tool: str) -> list[str]:
+    """The IMPL list, each name checked, once ncu is found; a one-line error (``tool: ...``) otherwise."""
+    from specdiag.probes.ncu import find_ncu
 
-    shape_list, impl_list = shapes.split(","), impls.split(",")
-    for s in shape_list:
-        parse_shape(s)
+    impl_list = impls.split(",")
     for i in impl_list:
         parse_impl(i)
     try:
         find_ncu()
     except FileNotFoundError as e:
-        raise SystemExit(f"counters: {e}") from None
+        raise SystemExit(f"{tool}: {e}") from None
+    return impl_list
+
+
+def main(out: str, shapes: str, impls: str) -> None:
+    from specdiag.machine import machine_metadata
+    from specdiag.probes.ncu import run_ncu
+
+    shape_list = shapes.split(",")
+    for s in shape_list:
+        parse_shape(s)
+    impl_list = preflight(impls, "counters")
     rows = []
     for s in shape_list:
         for i in impl_list:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from counters import KERNELS, parse_impl, parse_shape  # noqa: E402
+from counters import KERNELS, parse_shape, preflight  # noqa: E402
 
 TILE = 64  # keys and query rows of the prefix tiles the counts are divided by
 
@@ -66,16 +66,9 @@ def summarize(instructions: list[dict], tiles: int, top: int = 24) -> dict:
 def main(out: str, shape: str, impls: str) -> None:
     from specdiag.bench.stalls import parse_source_csv, source_page
     from specdiag.machine import machine_metadata
-    from specdiag.probes.ncu import find_ncu
 
     ctx, heads, nodes = parse_shape(shape)
-    impl_list = impls.split(",")
-    for i in impl_list:
-        parse_impl(i)
-    try:
-        find_ncu()
-    except FileNotFoundError as e:
-        raise SystemExit(f"opmix: {e}") from None
+    impl_list = preflight(impls, "opmix")
     tiles = -(-ctx // TILE) * -(-heads * nodes // TILE)
     rows = []
     for impl in impl_list:
