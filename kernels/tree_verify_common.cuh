@@ -79,16 +79,6 @@ __device__ __forceinline__ void key_row_in(const VerifyParams& p, const SplitWor
   bytes = ok ? 16 : 0;
 }
 
-// key_row_in's row as an index into key_source (one pointer for the split, one int per key: a
-// loader that holds rows a tile ahead keeps 4 bytes a key instead of 8)
-__device__ __forceinline__ const __nv_bfloat16* key_source(const VerifyParams& p, const SplitWork& w, int b) {
-  return w.is_tree ? p.tree_kv + (size_t)b * p.T * tv::D : p.kv_pool;
-}
-__device__ __forceinline__ int key_source_row(const VerifyParams& p, const SplitWork& w, int tok, int page) {
-  const int tk = tok < w.kv_len ? tok : 0;
-  return w.is_tree ? tk : page * p.page_size + (tk - page_of(p, tk) * p.page_size);
-}
-
 // key_row_in with the page looked up here.
 __device__ __forceinline__ void key_row(const VerifyParams& p, const SplitWork& w, int tok, int b,
                                         const __nv_bfloat16*& src, int& bytes) {

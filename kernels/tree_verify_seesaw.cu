@@ -219,57 +219,50 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);
-      struct Rows {
-        const __nv_bfloat16* src[ROWS_T];
-        int bytes[ROWS_T];
-      };
-      auto rows_of = [&](int tile, Rows& r) {
-        int pg[ROWS_T];
-        tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b);
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) {
-          tvc::key_row_in(p, w, (w.tile_begin + tile) * BN + load_row<WG>(t, i), pg[i], b, r.src[i], r.bytes[i]);
-          r.src[i] += load_chunk(t, 0) * 8;
-        }
-      };
+      using Pages = KeyPages<ROWS_T>;
+      const KeySource src = key_source(p, w, t, b);
+      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
       // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
       // keep their swizzle, column blocks are BN * 128 bytes apart
       const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
       // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
-      auto load_group = [&](int tile, auto sg_c, const Rows& r) {
+      auto load_group = [&](int tile, auto sg_c, const Pages& k) {
         constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
 #pragma unroll
-        for (int i = 0; i < ROWS_T; ++i)
+        for (int i = 0; i < ROWS_T; ++i) {
+          const __nv_bfloat16* row = key_ptr(src, k, i);
+          const bool in = key_in<WG>(w, (w.tile_begin + tile) * BN, t, i);
 #pragma unroll
           for (int j = 0; j < group_blocks(S, GR); ++j) {
             const int cb = group_block(S, GR, j);
             const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + cb * BN * 128);
-            if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, r.src[i] + 64 * cb, r.bytes[i]);
+            if constexpr (runs(kSkipLoads)) cp_async16_in<TV_L2_PREFETCH>(dst, row + 64 * cb, in);
           }
+        }
         cp_async_mbar_arrive(full(tile, GR));
       };
+      Pages ka, kb;
+      pages_of(0, ka);
+      if (n > 1) pages_of(1, kb);
       load_q<BM, WG>(p, sQ, t, b, row0);
-      Rows ra, rb;
-      rows_of(0, ra);
-      if (n > 1) rows_of(1, rb);
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
         // a stage's group is refilled once its last reader has freed it (the uses alternate: that
         // reader frees it again only after reading what this load puts there)
         if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
-        load_group(a, Const<0>{}, ra);
+        load_group(a, Const<0>{}, ka);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeE1, 2 * WG);
-          load_group(a + 1, Const<2>{}, rb);
+          load_group(a + 1, Const<2>{}, kb);
         }
         if (a >= 2) bar_sync(kBarPairFreeL0, 2 * WG);
-        load_group(a, Const<1>{}, ra);
+        load_group(a, Const<1>{}, ka);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
-          load_group(a + 1, Const<3>{}, rb);
+          load_group(a + 1, Const<3>{}, kb);
         }
-        if (a + 2 < n) rows_of(a + 2, ra);
-        if (a + 3 < n) rows_of(a + 3, rb);
+        if (a + 2 < n) pages_of(a + 2, ka);
+        if (a + 3 < n) pages_of(a + 3, kb);
       }
       cp_async_wait<0>();
     }
@@ -501,7 +494,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const int row0 = blockIdx.x * BM;
   const int split = blockIdx.y, b = blockIdx.z;
 
-  trace_kernel(wg, kEntry);
+  trace_kernel((int)opaque(wg), kEntry);  // (opaque: else the loader's events reuse this address, kept live and spilled)
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
@@ -516,25 +509,25 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
+      using Pages = KeyPages<ROWS_T>;
+      const KeySource src = key_source(p, w, t, b);
+      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
-      // copies so far (Q's too) have landed; the rows' addresses are taken once for all parts
-      auto load_tile = [&](int tile, const int (&pg)[ROWS_T]) {
+      // copies so far (Q's too) have landed
+      auto load_tile = [&](int tile, const Pages& k) {
         const int tok0 = (w.tile_begin + tile) * BN;
-        const __nv_bfloat16* src[ROWS_T];
-        int bytes[ROWS_T];
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) tvc::key_row_in(p, w, tok0 + load_row<WG>(t, i), pg[i], b, src[i], bytes[i]);
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
-          for (int i = 0; i < ROWS_T; ++i)
+          for (int i = 0; i < ROWS_T; ++i) {
+            const __nv_bfloat16* row = key_ptr(src, k, i);
+            const bool in = key_in<WG>(w, tok0, t, i);
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const int chunk = load_chunk(t, c);
-              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), chunk);
-              if constexpr (runs(kSkipLoads)) cp_async16_l2pf<TV_L2_PREFETCH>(dst, src[i] + chunk * 8, bytes[i]);
+              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), load_chunk(t, c));
+              if constexpr (runs(kSkipLoads)) cp_async16_in<TV_L2_PREFETCH>(dst, row + 64 * c, in);
             }
+          }
           cp_async_mbar_arrive(full(tile, part));
         }
       };
@@ -560,24 +553,24 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           }
         }
       };
+      Pages k;
+      pages_of(0, k);
       load_q<BM, WG>(p, sQ, t, b, row0);
-      int pg[ROWS_T];
-      pages_of(0, pg);
-      load_tile(0, pg);
+      load_tile(0, k);
       if (n > 1) {
-        pages_of(1, pg);
-        load_tile(1, pg);
+        pages_of(1, k);
+        load_tile(1, k);
       }
       bits(0);  // (after both tiles' copies: tile 1's would wait for these loads)
       if (n > 1) bits(1);
       for (int j = 0; j + 2 < n; ++j) {
-        pages_of(j + 2, pg);
+        pages_of(j + 2, k);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
-        load_tile(j + 2, pg);
+        load_tile(j + 2, k);
         bits(j + 2);
         trace(2, j + 2, kPart0);
       }

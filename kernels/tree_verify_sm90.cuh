@@ -74,14 +74,19 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
-// cp_async16 whose L2 miss fetches PF bytes (64, 128 or 256) around `src` from DRAM; 0: cp_async16
+// 16 bytes from `src`, or zeros where !in (ignore-src: src is not read); an L2 miss fetches PF
+// bytes (64, 128 or 256) around src from DRAM, 0: the line alone. (A src-size register instead
+// of the predicate made ptxas add (16 - size) & 15 to the address before every copy.)
 template <int PF>
-__device__ __forceinline__ void cp_async16_l2pf(uint32_t dst, const void* src, int src_bytes) {
+__device__ __forceinline__ void cp_async16_in(uint32_t dst, const void* src, bool in) {
   static_assert(PF == 0 || PF == 64 || PF == 128 || PF == 256, "L2 prefetch sizes: 64, 128, 256 bytes");
-  if constexpr (PF == 0) cp_async16(dst, src, src_bytes);
-  if constexpr (PF == 64) asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-  if constexpr (PF == 128) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-  if constexpr (PF == 256) asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+#define TVG_CP_ASYNC_IN(L2) \
+  asm volatile("{\n.reg .pred ig;\nsetp.eq.b32 ig, %2, 0;\ncp.async.cg.shared.global" L2 " [%0], [%1], 16, ig;\n}\n" ::"r"(dst), "l"(src), "r"((int)in))
+  if constexpr (PF == 0) TVG_CP_ASYNC_IN("");
+  if constexpr (PF == 64) TVG_CP_ASYNC_IN(".L2::64B");
+  if constexpr (PF == 128) TVG_CP_ASYNC_IN(".L2::128B");
+  if constexpr (PF == 256) TVG_CP_ASYNC_IN(".L2::256B");
+#undef TVG_CP_ASYNC_IN
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -242,18 +247,51 @@ __device__ __forceinline__ void load_q(const tv::VerifyParams& p, uint32_t dst, 
   });
 }
 
-// The pool pages of this thread's rows load_row<THREADS>(t, i) of a ROWS-key tile from key tok0
-// of its split's part, read a load ahead: with page size 1 every row is its own page-table entry,
-// and the read would otherwise sit in front of the row's cp.async. (kSkipPages: the page table
-// left unread, token n's page taken as n's page index.)
+// Where a split's key rows are: the pool and its page size, or the request's tree nodes as pages
+// of one row; `base` already at this thread's first chunk load_chunk(t, 0)
+struct KeySource {
+  const __nv_bfloat16* base;
+  int page_size;
+};
+__device__ __forceinline__ KeySource key_source(const tv::VerifyParams& p, const tvc::SplitWork& w, int t, int b) {
+  const __nv_bfloat16* base = w.is_tree ? p.tree_kv + (size_t)b * p.T * tv::D : p.kv_pool;
+  return {base + load_chunk(t, 0) * 8, w.is_tree ? 1 : p.page_size};
+}
+// This thread's rows load_row<THREADS>(t, i) of a ROWS-key tile from key tok0 of its split's part:
+// each row's page and its row in the page, read a load ahead of the copies (with page size 1 every
+// row is its own page-table entry). A row past the part takes key 0's (key_in: its copies zero-fill).
+// (kSkipPages: the page table left unread, key n's page taken as n's page index.)
+template <int N>
+struct KeyPages {
+  int page[N];
+  int off[N];
+};
 template <int ROWS, int THREADS>
-__device__ __forceinline__ void tile_pages(const tv::VerifyParams& p, int (&pg)[ROWS / (THREADS / 8)],
-                                           const tvc::SplitWork& w, int tok0, int t, int b) {
+__device__ __forceinline__ void key_pages(const tv::VerifyParams& p, const tvc::SplitWork& w, int tok0, int t, int b,
+                                          KeyPages<ROWS / (THREADS / 8)>& k) {
+  // (a tree split reads its request's prefix length where a page-table entry would be: a valid
+  // address for every split, so the reads need no predicate, and the value goes unused)
+  const int* entries = w.is_tree ? p.prefix_lens + b : p.page_table + (size_t)b * p.max_pages;
 #pragma unroll
   for (int i = 0; i < ROWS / (THREADS / 8); ++i) {
     const int tok = tok0 + load_row<THREADS>(t, i);
-    pg[i] = runs(kSkipPages) ? tvc::key_page(p, w, tok, b) : tvc::page_of(p, tok);
+    const int tk = tok < w.kv_len ? tok : 0;
+    const int pk = w.is_tree ? 0 : tk;
+    const int pi = tvc::page_of(p, pk);
+    const int page = runs(kSkipPages) ? __ldg(entries + pi) : pi;
+    k.page[i] = w.is_tree ? tk : page;
+    k.off[i] = pk - pi * p.page_size;
   }
+}
+// row i's first element at this thread's first chunk
+template <int N>
+__device__ __forceinline__ const __nv_bfloat16* key_ptr(const KeySource& s, const KeyPages<N>& k, int i) {
+  return s.base + (size_t)(k.page[i] * s.page_size + k.off[i]) * tv::D;
+}
+// whether this thread's row i of the ROWS-key tile from key tok0 is in its split's part
+template <int THREADS>
+__device__ __forceinline__ bool key_in(const tvc::SplitWork& w, int tok0, int t, int i) {
+  return (THREADS / 8) * i < w.kv_len - tok0 - load_row<THREADS>(t, 0);
 }
 
 // mbarriers (plain sm_90): init (one thread, then mbar_fence_init and a CTA barrier) and the

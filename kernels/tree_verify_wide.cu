@@ -173,34 +173,25 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     if (n > 0) {
       const int t = tid - 2 * WG;
       constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      const __nv_bfloat16* const src0 = tvc::key_source(p, w, b);
-      // this thread's rows of tile `tile` in src0, read a load ahead (with page size 1 each is its
-      // own page-table entry); past the part: row 0, and the copy zero-fills
-      auto pages_of = [&](int tile, int (&pg)[ROWS_T]) { tile_pages<BN, WG>(p, pg, w, (w.tile_begin + tile) * BN, t, b); };
-      auto rows_from = [&](int tile, const int (&pg)[ROWS_T], int (&rw)[ROWS_T]) {
+      using Pages = KeyPages<ROWS_T>;
+      const KeySource src = key_source(p, w, t, b);
+      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
+      // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
+      // keep their swizzle, column blocks are BN * 128 bytes apart
+      const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
+      // tile `tile` in PARTS cp.async groups
+      auto load_tile = [&](int tile, const Pages& k) {
         const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) rw[i] = tvc::key_source_row(p, w, tok0 + load_row<WG>(t, i), pg[i]);
-      };
-      auto rows_of = [&](int tile, int (&rw)[ROWS_T]) {
-        int pg[ROWS_T];
-        pages_of(tile, pg);
-        rows_from(tile, pg, rw);
-      };
-      // tile `tile` in PARTS cp.async groups
-      auto load_tile = [&](int tile, const int (&rw)[ROWS_T]) {
-        const int tok0 = (w.tile_begin + tile) * BN;
-        const uint32_t dst = stage(tile);
-#pragma unroll 1  // (unrolled, nvcc holds all 36 destinations in registers and spills)
         for (int part = 0; part < PARTS; ++part) {
 #pragma unroll
           for (int i = 0; i < ROWS_T; ++i) {
-            const __nv_bfloat16* src = src0 + (size_t)rw[i] * D;
-            const int bytes = tok0 + load_row<WG>(t, i) < w.kv_len ? 16 : 0;
+            const __nv_bfloat16* row = key_ptr(src, k, i);
+            const bool in = key_in<WG>(w, tok0, t, i);
 #pragma unroll
             for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const int chunk = load_chunk(t, c);
-              if constexpr (runs(kSkipLoads)) cp_async16(dst + tile_offset(BN, load_row<WG>(t, i), chunk), src + chunk * 8, bytes);
+              const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + c * BN * 128);
+              if constexpr (runs(kSkipLoads)) cp_async16_in<0>(dst, row + 64 * c, in);
             }
           }
           cp_async_commit();
@@ -209,17 +200,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // each part of `tile` as this thread's copies of it land (`later` groups were issued after
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
-      int pg0[ROWS_T];
-      pages_of(0, pg0);  // (warpgroup 1 loads Q meanwhile)
-      int rw[ROWS_T];
-      rows_from(0, pg0, rw);
+      Pages k;
+      pages_of(0, k);  // (warpgroup 1 loads Q meanwhile)
       trace(2, 0, kFree);
-      load_tile(0, rw);
+      load_tile(0, k);
       trace(2, 0, kIssued);
       if (n > 1) {
-        rows_of(1, rw);
+        pages_of(1, k);
         trace(2, 1, kFree);
-        load_tile(1, rw);
+        load_tile(1, k);
         trace(2, 1, kIssued);
         announce_parts<PARTS>(landed(0, 0), 2 * WG, LANDED0_N);
         trace(2, 0, kLanded);
@@ -231,15 +220,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       }
       // tile j + 2's page-table entries were read an iteration earlier, before the last tile's
       // copies landed: their latency is off the loader's loop
-      int pg[ROWS_T];
-      if (n > 2) pages_of(2, pg);
+      Pages next;
+      if (n > 2) pages_of(2, next);
       for (int j = 0; j + 2 < n; ++j) {
-        rows_from(j + 2, pg, rw);
-        if (j + 3 < n) pages_of(j + 3, pg);
+        k = next;
+        if (j + 3 < n) pages_of(j + 3, next);
         trace(2, j + 2, kWaitFree);
         bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);
-        load_tile(j + 2, rw);
+        load_tile(j + 2, k);
         trace(2, j + 2, kIssued);
         announce(j + 2, Const<0>{});
         trace(2, j + 2, kLanded);
