@@ -436,6 +436,43 @@ def test_session33_recordings_hold_what_the_notes_say():
     table = analysis.peer_table(analysis.peers_frame(runs["run5_peers"]))
     for t in analysis.peer_targets(table):
         line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
+        assert notes.count(line) == 1, line  # the session's section
+
+
+def test_session34_recordings_hold_what_the_notes_say():
+    """data/history/session34_h100.json (H100): with the loaders' leaner rows the seesaw kernel
+    took 0.955-0.999x a764b0e's time at nine shapes and the wide kernel 0.979-1.000x at six
+    (medians of four timings a side, to three places), every build checked passed float64, the
+    pair schedule's memcheck and synccheck were clean and racecheck reported four code pairs; the
+    notes print data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them
+    (docs/kernel_notes.md, thirty-fourth session)."""
+    import statistics
+
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    runs = json.loads((ROOT / "data" / "history" / "session34_h100.json").read_text())
+
+    def medians(*keys):
+        t = {}
+        for k in keys:
+            for r in runs[k]:
+                t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
+        return {s: statistics.median(v) for s, v in t.items()}
+
+    for old, new, n, lo, hi in (("old", "new", 9, 0.955, 0.999), ("wide_old", "wide_new", 6, 0.979, 1.0)):
+        a, b = medians(f"run1_{old}_1", f"run1_{old}_2"), medians(f"run1_{new}_1", f"run1_{new}_2")
+        ratios = {s: round(b[s] / a[s], 3) for s in a}
+        assert len(ratios) == n and min(ratios.values()) == lo and max(ratios.values()) == hi, ratios
+    for k in ("run1_check_pair", "run1_check_turns", "run1_check_wide", "run2_check_wide"):
+        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+    tools = {r["tool"]: r for r in runs["run2_sanitizer"]["rows"]}
+    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
+    assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    notes = (ROOT / "docs" / "kernel_notes.md").read_text()
+    table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
+    for t in analysis.peer_targets(table):
+        line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
         assert notes.count(line) == 2, line  # the head of the notes and the session's section
 
 
