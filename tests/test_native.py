@@ -396,6 +396,18 @@ def test_session32_recordings_hold_what_the_notes_say():
     assert conflicts["TV_PAIR=1"] < 0.01 * conflicts["default"], conflicts
 
 
+def _median_times(runs: dict, *keys: str) -> dict:
+    """time_shapes.py rows of a session's runs (``keys``) pooled per (context, heads, nodes): the
+    median of every timing of that shape."""
+    import statistics
+
+    t = {}
+    for k in keys:
+        for r in runs[k]:
+            t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
+    return {s: statistics.median(v) for s, v in t.items()}
+
+
 def test_session33_recordings_hold_what_the_notes_say():
     """data/history/session33_h100.json (H100): the seesaw kernel's math warps spent close to two
     R2UR per wgmma before the descriptors were stepped by an add and none after, on a third fewer
@@ -404,8 +416,6 @@ def test_session33_recordings_hold_what_the_notes_say():
     timings a side) and under 1.035x below; every
     build checked passed float64; and the notes print run 5's targets as analysis.peer_targets
     gives them (docs/kernel_notes.md, thirty-third session)."""
-    import statistics
-
     from specdiag import analysis
     from specdiag.bench.checks import passed
 
@@ -417,16 +427,12 @@ def test_session33_recordings_hold_what_the_notes_say():
     (before, r2ur, hgmma), (after, r2ur_after, _) = math["run2_opmix"], math["run4_opmix"]
     assert r2ur > 1.0 * hgmma and r2ur_after == 0 and after < 0.7 * before, math
 
-    def medians(*keys):
-        t = {}
-        for k in keys:
-            for r in runs[k]:
-                t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
-        return {s: statistics.median(v) for s, v in t.items()}
-
-    old, new = medians("run3_default_1", "run3_default_2"), medians("run3_desc_1", "run3_desc_2")
+    old, new = (
+        _median_times(runs, "run3_default_1", "run3_default_2"),
+        _median_times(runs, "run3_desc_1", "run3_desc_2"),
+    )
     assert len(old) == 9 and all(0.975 <= new[s] / old[s] <= 0.995 for s in old), {s: new[s] / old[s] for s in old}
-    turns, pair = medians("run4_turns_1", "run4_turns_2"), medians("run4_pair_1", "run4_pair_2")
+    turns, pair = _median_times(runs, "run4_turns_1", "run4_turns_2"), _median_times(runs, "run4_pair_1", "run4_pair_2")
     assert len(turns) == 35
     for s in turns:
         assert pair[s] / turns[s] < (1.005 if s[1] * s[2] >= 2048 else 1.035), (s, pair[s] / turns[s])
@@ -446,22 +452,16 @@ def test_session34_recordings_hold_what_the_notes_say():
     pair schedule's memcheck and synccheck were clean and racecheck reported four code pairs; the
     notes print data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them
     (docs/kernel_notes.md, thirty-fourth session)."""
-    import statistics
-
     from specdiag import analysis, data
     from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session34_h100.json").read_text())
 
-    def medians(*keys):
-        t = {}
-        for k in keys:
-            for r in runs[k]:
-                t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
-        return {s: statistics.median(v) for s, v in t.items()}
-
     for old, new, n, lo, hi in (("old", "new", 9, 0.955, 0.999), ("wide_old", "wide_new", 6, 0.979, 1.0)):
-        a, b = medians(f"run1_{old}_1", f"run1_{old}_2"), medians(f"run1_{new}_1", f"run1_{new}_2")
+        a, b = (
+            _median_times(runs, f"run1_{old}_1", f"run1_{old}_2"),
+            _median_times(runs, f"run1_{new}_1", f"run1_{new}_2"),
+        )
         ratios = {s: round(b[s] / a[s], 3) for s in a}
         assert len(ratios) == n and min(ratios.values()) == lo and max(ratios.values()) == hi, ratios
     for k in ("run1_check_pair", "run1_check_turns", "run1_check_wide", "run2_check_wide"):
