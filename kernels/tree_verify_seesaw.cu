@@ -35,6 +35,9 @@
 #ifndef TV_PAIR
 #define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
+#ifndef TV_PV_DESC_ADD
+#define TV_PV_DESC_ADD 0  // 1: the pair schedule's P V descriptors built once and stepped (not yet timed)
+#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -333,6 +336,24 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
     };
     float* const my_max = &sm.max[C][wr + g];
+    // our half of P V over a tile at tile_base: P from registers (pv_rs) or from p_base (pv_ss);
+    // TV_PV_DESC_ADD=1: each operand's descriptor built once and stepped by desc_add (same values)
+    auto v_step = [&](uint32_t tile_base, int kk) {
+      return TV_PV_DESC_ADD ? desc_add(v_desc(tile_base, C, 0), V_KSTEP * kk) : v_desc(tile_base, C, kk);
+    };
+    auto p_step = [&](uint32_t p_base, int kk) {
+      return TV_PV_DESC_ADD ? desc_add(p_desc(p_base, 0), P_KSTEP * kk) : p_desc(p_base, kk);
+    };
+    auto pv_rs = [&](uint32_t tile_base) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_step(tile_base, kk));
+    };
+    auto pv_ss = [&](uint32_t p_base, uint32_t tile_base) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_step(p_base, kk), v_step(tile_base, kk));
+    };
 
     if constexpr (C == 0) {
       // ---- warpgroup 0: tiles a
@@ -369,9 +390,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-          if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_desc(stage(a), 0, kk));
+        pv_rs(stage(a));
         wgmma_commit();
         wgmma_wait<0>();
         fence_o();
@@ -394,9 +413,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         if (has_b) {
           bar_sync(kBarP1, 2 * WG);
           wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_odd, kk), v_desc(stage(a + 1), 0, kk));
+          pv_ss(p_odd, stage(a + 1));
           wgmma_commit();
         }
       }
@@ -440,17 +457,13 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           store_p(a + 1);
           bar_arrive(kBarP1, 2 * WG);
           wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BN / 16; ++kk)
-            if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_desc(stage(a + 1), 1, kk));
+          pv_rs(stage(a + 1));
           wgmma_commit();
         }
         // our half of P V (a), P (a) at M from warpgroup 0
         bar_sync(kBarP0, 2 * WG);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-          if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_desc(p_buf(stage(a)), kk), v_desc(stage(a), 1, kk));
+        pv_ss(p_buf(stage(a)), stage(a));
         wgmma_commit();
         if (has_b) {
           wgmma_wait<1>();

@@ -709,7 +709,9 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     bytes to its low word (tvg::desc_add; tests/cuda/wgmma_layout_check.cu checks the values). In
     the SASS nearly every Q K^T (S^T) wgmma then follows the one before it after at most 4
     instructions, with no R2UR: the thirty-second session's seesaw build spent 10-12 (two R2UR)
-    on each one's descriptors (docs/kernel_notes.md, thirty-third session)."""
+    on each one's descriptors (docs/kernel_notes.md, thirty-third session). TV_PV_DESC_ADD=1
+    does the same for the pair schedule's P V: its wgmmas follow each other after at most 5
+    instructions (2-13 in the default build, whose SASS it leaves byte for byte as it was)."""
     for name, dims, builds in (
         ("wgmma_seesaw", "64x64x16", ({}, {"TV_PAIR": 0})),
         ("wgmma_wide", "64x72x16", ({},)),
@@ -722,6 +724,12 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
             assert len(steps) >= 60, (name, d, len(steps))
             assert not any("R2UR" in ins[j] for a, b in steps for j in range(a + 1, b)), (name, d)
             assert sum(b - a - 1 <= 4 for a, b in steps) >= 0.85 * len(steps), (name, d)
+    gaps = {}
+    for d in ({}, {"TV_PV_DESC_ADD": 1}):
+        ins = re.findall(r"/\*[0-9a-f]+\*/\s+(.*?);", kernels.sass(KERNELS["wgmma_seesaw"].source, defines=d))
+        at = [i for i, x in enumerate(ins) if "HGMMA.64x256x16" in x]
+        gaps[len(d)] = [b - a - 1 for a, b in zip(at, at[1:]) if b - a < 30]
+    assert len(gaps[1]) == 12 and max(gaps[1]) <= 5 < max(gaps[0]), gaps
 
 
 @pytest.mark.sass
