@@ -396,16 +396,20 @@ def test_session32_recordings_hold_what_the_notes_say():
     assert conflicts["TV_PAIR=1"] < 0.01 * conflicts["default"], conflicts
 
 
-def _median_times(runs: dict, *keys: str) -> dict:
-    """time_shapes.py rows of a session's runs (``keys``) pooled per (context, heads, nodes): the
-    median of every timing of that shape."""
-    import statistics
-
+def _timings(runs: dict, *keys: str) -> dict:
+    """time_shapes.py rows of a session's runs (``keys``) pooled per (context, heads, nodes): every
+    timing of that shape."""
     t = {}
     for k in keys:
         for r in runs[k]:
             t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
-    return {s: statistics.median(v) for s, v in t.items()}
+    return t
+
+
+def _median_times(runs: dict, *keys: str) -> dict:
+    import statistics
+
+    return {s: statistics.median(v) for s, v in _timings(runs, *keys).items()}
 
 
 def test_session33_recordings_hold_what_the_notes_say():
@@ -450,8 +454,9 @@ def test_session34_recordings_hold_what_the_notes_say():
     took 0.955-0.999x a764b0e's time at nine shapes and the wide kernel 0.979-1.000x at six
     (medians of four timings a side, to three places), every build checked passed float64, the
     pair schedule's memcheck and synccheck were clean and racecheck reported four code pairs; the
-    notes print data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them
-    (docs/kernel_notes.md, thirty-fourth session)."""
+    notes print data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them; and
+    the thirty-third session's timings spread in both schedules (the notes' Next, item 4;
+    docs/kernel_notes.md, thirty-fourth session)."""
     from specdiag import analysis, data
     from specdiag.bench.checks import passed
 
@@ -466,6 +471,15 @@ def test_session34_recordings_hold_what_the_notes_say():
         assert len(ratios) == n and min(ratios.values()) == lo and max(ratios.values()) == hi, ratios
     for k in ("run1_check_pair", "run1_check_turns", "run1_check_wide", "run2_check_wide"):
         assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+    spread = {}  # the thirty-third session's run 4: both schedules' timings spread at large shapes
+    prev = json.loads((ROOT / "data" / "history" / "session33_h100.json").read_text())
+    for side in ("turns", "pair"):
+        t = _timings(prev, f"run4_{side}_1", f"run4_{side}_2")
+        spread[side] = {s: max(v) / min(v) for s, v in t.items()}
+    assert (
+        sum(x > 1.03 for x in spread["turns"].values()) == 18 and sum(x > 1.03 for x in spread["pair"].values()) == 22
+    )
+    assert round(max(spread["turns"].values()), 3) == 1.113 and round(max(spread["pair"].values()), 3) == 1.184
     tools = {r["tool"]: r for r in runs["run2_sanitizer"]["rows"]}
     assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
     assert len(tools["racecheck"]["hazard_pcs"]) == 4

@@ -88,6 +88,26 @@ def test_sampler_schema_and_phases():
     assert set(df[df.gpu == 1].gpm_sm_util.dropna()) == {3.0}
 
 
+def test_clocked_gives_the_result_and_the_clock_it_ran_at():
+    """nvml.clocked (time_shapes.py's timings): fn's result with the median SM clock and power of
+    the GPU asked for while it ran; without NVML the result alone."""
+    rows = [dict(ROW, sm_clock_mhz=mhz, power_w=w) for mhz, w in ((1980.0, 600.0), (1755.0, 700.0), (1980.0, 650.0))]
+    backend = nvml.ReplayBackend(rows + [dict(ROW, gpu=1, sm_clock_mhz=1000.0)])
+
+    def work():
+        time.sleep(0.06)
+        return 42
+
+    result, seen = nvml.clocked(work, gpu=0, period_s=0.005, backend=backend)
+    assert result == 42 and seen["sm_clock_mhz"] in (1980.0, 1755.0) and 600.0 <= seen["power_w"] <= 700.0
+
+    class NoGpu(nvml.ReplayBackend):
+        def device_count(self):
+            return 0
+
+    assert nvml.clocked(lambda: 7, backend=NoGpu([ROW])) == (7, None)
+
+
 class NoPowerBackend(nvml.ReplayBackend):
     def read(self, i, skip):
         vals, _ = super().read(i, skip)

@@ -6,19 +6,28 @@ placements are timed.
 Usage (on the GPU):
   python tools/compare_revision/time_shapes.py TAG OUT.json IMPL "CTX:HEADS:NODES[:SPLITS],..." [DEFINES]
 (SPLITS: the prefix split count, in place of the plan's; DEFINES: the kernel's -D switches, "NAME=INT,...").
-Rows: do_bench medians (40 ms, twice, rotated inputs). Recorded: data/history/session30_h100.json,
-session31_h100.json.
+Rows: do_bench medians (40 ms, twice, rotated inputs), each with the SM clock and power NVML read
+meanwhile where the lib has specdiag.probes.nvml.clocked (``clocks``; null without NVML). Recorded:
+data/history/session30_h100.json, session31_h100.json.
 """
 
 import inspect
 import json
 import sys
+from functools import partial
 
 import torch
 
 from specdiag.attention.native import NativeTreeVerify
 from specdiag.bench.timing import Rotation, time_rotating
 from specdiag.bench.variants import check_switches, parse_variants
+
+try:
+    from specdiag.probes.nvml import clocked
+except ImportError:  # (an older revision's lib)
+
+    def clocked(fn):
+        return fn(), None
 
 
 def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None:
@@ -50,7 +59,8 @@ def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None
             if fold is None and not plan.tree_in_last:
                 print(tag, sh, "plan keeps tree CTAs", flush=True)
                 continue
-            ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
+            timed = [clocked(partial(time_rotating, [op.run for op in ops], 40.0)) for _ in range(2)]
+            ms, clocks = [m for m, _ in timed], [c for _, c in timed]
             rows.append(
                 dict(
                     side=tag,
@@ -65,9 +75,12 @@ def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None
                     per=plan.prefix_tiles_per_split,
                     ms=min(ms),
                     ms_runs=ms,
+                    clocks=clocks,
                 )
             )
-            print(tag, sh, fold, plan.splits, plan.prefix_tiles_per_split, [round(m * 1e3, 1) for m in ms], flush=True)
+            mhz = [round(c["sm_clock_mhz"]) if c and c["sm_clock_mhz"] > 0 else None for c in clocks]
+            us = [round(m * 1e3, 1) for m in ms]
+            print(tag, sh, fold, plan.splits, plan.prefix_tiles_per_split, us, "MHz", mhz, flush=True)
             del ops
         del rot
     json.dump(rows, open(path, "w"), indent=1)

@@ -18,7 +18,16 @@ import math
 import threading
 import time
 
-__all__ = ["COLUMNS", "GPM_METRICS", "NvmlBackend", "NvmlSampler", "ReplayBackend", "mask_stale_gpm", "summarize"]
+__all__ = [
+    "COLUMNS",
+    "GPM_METRICS",
+    "NvmlBackend",
+    "NvmlSampler",
+    "ReplayBackend",
+    "clocked",
+    "mask_stale_gpm",
+    "summarize",
+]
 
 # NVML GPM metric ids (nvml.h: NVML_GPM_METRIC_*)
 GPM_METRICS = {
@@ -295,3 +304,26 @@ def summarize(df, by: str = "phase", skip_first: int = 2):
     if "power_w" in out and "power_limit_w" in out:
         out["power_pct_limit"] = 100 * out["power_w"] / out["power_limit_w"]
     return out
+
+
+def clocked(fn, gpu: int = 0, period_s: float = 0.01, backend=None):
+    """``fn()``, and the medians of GPU ``gpu``'s SM clock (MHz) and power (W) that NVML read while
+    it ran: ``(result, {"sm_clock_mhz": ..., "power_w": ...})``, or ``(result, None)`` where NVML
+    cannot be read (no nvidia-ml-py, no GPU). A timing's clock says whether a slow run was a
+    slower clock."""
+    import statistics
+
+    try:
+        sampler = NvmlSampler(period_s=period_s, backend=backend, gpm=False)
+        sampler.start()
+    except Exception:  # no nvidia-ml-py, no driver, no GPU: the result without its clock
+        return fn(), None
+    try:
+        result = fn()
+    finally:
+        sampler.stop()
+    seen = {}
+    for key in ("sm_clock_mhz", "power_w"):
+        vals = [r[key] for r in sampler.rows if r["gpu"] == gpu and not math.isnan(r[key])]
+        seen[key] = statistics.median(vals) if vals else math.nan
+    return result, seen
