@@ -120,9 +120,9 @@ __device__ __forceinline__ void for_each_visible(const VerifyParams& p, const Sp
   }
 }
 
-// s: this thread's share (BN / 2 values) of its warp's S -> s * scale_log2, or -inf where the key
-// is not visible. grow0: query row of the warp's row 0.
-template <int BN>
+// s: this thread's share (BN / 2 values) of its warp's S -> s * scale_log2 (SCALE; else s), or
+// -inf where the key is not visible. grow0: query row of the warp's row 0.
+template <int BN, bool SCALE = true>
 __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN / 2], int g, int t4, int tile,
                                             const SplitWork& w, int grow0, int b) {
   const int tok0 = (w.tile_begin + tile) * BN;
@@ -132,7 +132,8 @@ __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN
 #pragma unroll
       for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, columns 2 t4 + e % 2
         const int tok = tok0 + nt * 8 + 2 * t4 + (e & 1);
-        s[4 * nt + e] = visible(tok, g + (e >> 1) * 8) ? s[4 * nt + e] * p.scale_log2 : -INFINITY;
+        const float v = s[4 * nt + e];
+        s[4 * nt + e] = visible(tok, g + (e >> 1) * 8) ? (SCALE ? v * p.scale_log2 : v) : -INFINITY;
       }
   });
 }
@@ -213,6 +214,20 @@ __device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use
   for (int nt = 0; nt < BN / 8; ++nt) {
     s[4 * nt + 2 * r] = score_exp2<FAST>(s[4 * nt + 2 * r] - m_use);
     s[4 * nt + 2 * r + 1] = score_exp2<FAST>(s[4 * nt + 2 * r + 1] - m_use);
+    sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+  }
+  return sum;
+}
+
+// exp2_row of unscaled scores: s = exp2(s * scale - m_use) (one FFMA and the exponent each;
+// m_use is in the scaled units)
+template <int BN, bool FAST = false>
+__device__ __forceinline__ float exp2_row_scaled(float (&s)[BN / 2], int r, float m_use, float scale) {
+  float sum = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < BN / 8; ++nt) {
+    s[4 * nt + 2 * r] = score_exp2<FAST>(fmaf(s[4 * nt + 2 * r], scale, -m_use));
+    s[4 * nt + 2 * r + 1] = score_exp2<FAST>(fmaf(s[4 * nt + 2 * r + 1], scale, -m_use));
     sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
   }
   return sum;

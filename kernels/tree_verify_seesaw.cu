@@ -35,6 +35,9 @@
 #ifndef TV_PAIR
 #define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
+#ifndef TV_SCALE_FOLD
+#define TV_SCALE_FOLD 0  // 1: the pair schedule's softmax scale in the exponent's FFMA (not yet timed)
+#endif
 #ifndef TV_PV_DESC_ADD
 #define TV_PV_DESC_ADD 0  // 1: the pair schedule's P V descriptors built once and stepped (not yet timed)
 #endif
@@ -307,13 +310,16 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         }
       wgmma_commit();
     };
+    // (TV_SCALE_FOLD=1: scores stay unscaled, the max is scaled once and each exponent takes the
+    // scale in its FFMA, exp2(s * scale - m): 32 multiplies a tile fewer)
     auto mask = [&](int tile) {
       if constexpr (!runs(kSkipSoftmax)) return;
       if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
+        if constexpr (!TV_SCALE_FOLD)
 #pragma unroll
-        for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
+          for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
       } else {
-        tvc::mask_scores<BN>(p, s, g, t4, tile, w, row0 + wr, b);
+        tvc::mask_scores<BN, !TV_SCALE_FOLD>(p, s, g, t4, tile, w, row0 + wr, b);
       }
     };
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
@@ -329,8 +335,14 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
     };
     // the softmax's steps (TV_SKIP's kSkipSoftmax: no max, no exponent, every factor 1)
-    auto row_max = [&](int r) { return runs(kSkipSoftmax) ? tvc::quad_row_max<BN>(s, r) : -INFINITY; };
-    auto row_exp = [&](int r, float m) { return runs(kSkipSoftmax) ? tvc::exp2_row<BN, FAST_EXP>(s, r, m) : 0.f; };
+    auto row_max = [&](int r) {
+      const float mx = runs(kSkipSoftmax) ? tvc::quad_row_max<BN>(s, r) : -INFINITY;
+      return TV_SCALE_FOLD ? mx * p.scale_log2 : mx;
+    };
+    auto row_exp = [&](int r, float m) {
+      if constexpr (!runs(kSkipSoftmax)) return 0.f;
+      return TV_SCALE_FOLD ? tvc::exp2_row_scaled<BN, FAST_EXP>(s, r, m, p.scale_log2) : tvc::exp2_row<BN, FAST_EXP>(s, r, m);
+    };
     auto factor = [&](float m_old, float m_new) { return runs(kSkipSoftmax) ? max_factor(m_old, m_new) : 1.f; };
     auto rescale_o = [&](const float (&f)[2]) {
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);

@@ -747,6 +747,24 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
 
 
 @pytest.mark.sass
+def test_seesaw_scale_fold_moves_the_scale_into_the_exponent():
+    """TV_SCALE_FOLD=1 (the pair schedule's softmax scale in each exponent's FFMA, exp2(s * scale -
+    m), the max scaled once; the seventeenth session's builds of it spilled at 200 math registers)
+    builds at the pair schedule's 224 without spills or a serialised wgmma pipeline, with fewer
+    FMUL and more FFMA than the default build."""
+    spec = KERNELS["wgmma_seesaw"]
+    fold = {"TV_SCALE_FOLD": 1}
+    f = kernels.nvcc_check(spec.source, defines=fold)[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, f
+
+    def count(sass, op):
+        return len(re.findall(rf"\b{op}\b", sass))
+
+    on, off = kernels.sass(spec.source, defines=fold), kernels.sass(spec.source)
+    assert count(on, "FMUL") < count(off, "FMUL") - 60 and count(on, "FFMA") > count(off, "FFMA") + 60
+
+
+@pytest.mark.sass
 def test_seesaw_loaders_copy_without_per_row_address_work():
     """The seesaw kernel's loaders take each row's page and in-page row a load ahead and form its
     address at the copy; each copy's zero-fill is an ignore-src predicate (tvg::cp_async16_in); the
