@@ -483,6 +483,8 @@ def test_session34_recordings_hold_what_the_notes_say():
     tools = {r["tool"]: r for r in runs["run2_sanitizer"]["rows"]}
     assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
     assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    probe = {r["impl"]: r for r in runs["run2_sanitizer"]["probe"] if r["tool"] == "racecheck"}
+    assert probe["probe:bare_swapped"]["findings"] == probe["probe:bare_plain"]["findings"] == 1
     notes = (ROOT / "docs" / "kernel_notes.md").read_text()
     table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
     for t in analysis.peer_targets(table):
