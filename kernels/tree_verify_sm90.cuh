@@ -1,6 +1,7 @@
-// Hopper (sm_90a) building blocks of tree_verify_wgmma.cu and tree_verify_seesaw.cu: the
-// 128-byte-swizzled tile layout that both cp.async writes and wgmma reads, wgmma shared-memory
-// descriptors, 16-byte cp.async tile loads, mbarriers, named barriers, and the wgmma instructions.
+// Hopper (sm_90a) building blocks of tree_verify_wgmma.cu, tree_verify_seesaw.cu and
+// tree_verify_wide.cu: the 128-byte-swizzled tile layout that both cp.async writes and wgmma
+// reads, wgmma shared-memory descriptors, 16-byte cp.async tile loads and the loaders' key rows
+// (key_source, key_pages, key_ptr, key_in), mbarriers, named barriers, and the wgmma instructions.
 // The layout helpers are host-callable (TVG_HD): tests/cuda/wgmma_layout_check.cu checks them on a CPU.
 //
 // Tile layout: a tile of `rows` 576-wide bf16 token rows is 9 column blocks of 64 head dims; in a
