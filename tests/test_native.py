@@ -719,6 +719,18 @@ def test_seesaw_tree_bits_is_a_variant_apart():
     )
 
 
+def _sass_ins(source: str, defines: dict | None = None) -> list[tuple[int, str]]:
+    """A build's SASS as (address, instruction) pairs."""
+    text = kernels.sass(source, defines=defines or {})
+    return [(int(a, 16), x) for a, x in re.findall(r"/\*([0-9a-f]+)\*/\s+(.*?);", text)]
+
+
+def _chain_steps(ins: list[str], op: str) -> list[tuple[int, int]]:
+    """Indices of successive ``op`` instructions less than 30 apart: the steps within one chain."""
+    at = [i for i, x in enumerate(ins) if op in x]
+    return [(a, b) for a, b in zip(at, at[1:]) if b - a < 30]
+
+
 @pytest.mark.sass
 def test_wgmma_descriptors_are_a_base_plus_a_step():
     """The seesaw and wide kernels build each wgmma operand's descriptor once and add a k-step's
@@ -734,17 +746,15 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     ):
         spec = KERNELS[name]
         for d in builds:
-            ins = re.findall(r"/\*[0-9a-f]+\*/\s+(.*?);", kernels.sass(spec.source, defines=d))
-            at = [i for i, x in enumerate(ins) if f"HGMMA.{dims}" in x]
-            steps = [(a, b) for a, b in zip(at, at[1:]) if b - a < 30]  # within one chain
+            ins = [x for _, x in _sass_ins(spec.source, d)]
+            steps = _chain_steps(ins, f"HGMMA.{dims}")
             assert len(steps) >= 60, (name, d, len(steps))
             assert not any("R2UR" in ins[j] for a, b in steps for j in range(a + 1, b)), (name, d)
             assert sum(b - a - 1 <= 4 for a, b in steps) >= 0.85 * len(steps), (name, d)
     gaps = {}
     for d in ({}, {"TV_PV_DESC_ADD": 1}):
-        ins = re.findall(r"/\*[0-9a-f]+\*/\s+(.*?);", kernels.sass(KERNELS["wgmma_seesaw"].source, defines=d))
-        at = [i for i, x in enumerate(ins) if "HGMMA.64x256x16" in x]
-        gaps[len(d)] = [b - a - 1 for a, b in zip(at, at[1:]) if b - a < 30]
+        ins = [x for _, x in _sass_ins(KERNELS["wgmma_seesaw"].source, d)]
+        gaps[len(d)] = [b - a - 1 for a, b in _chain_steps(ins, "HGMMA.64x256x16")]
     assert len(gaps[1]) == 12 and max(gaps[1]) <= 5 < max(gaps[0]), gaps
 
 
@@ -777,14 +787,14 @@ def test_seesaw_loaders_copy_without_per_row_address_work():
     session)."""
     spec = KERNELS["wgmma_seesaw"]
     for d, tiles, most in (({}, 2, 330), ({"TV_PAIR": 0}, 1, 155)):
-        ins = re.findall(r"/\*([0-9a-f]+)\*/\s+(.*?);", kernels.sass(spec.source, defines=d))
+        ins = _sass_ins(spec.source, d)
         last = max(i for i, (_, x) in enumerate(ins) if "LDGSTS" in x)
         back = next(  # the loop's backward branch: the first after its last copy
-            (int(a, 16), int(m.group(1), 16))
+            (a, int(m.group(1), 16))
             for a, x in ins[last:]
-            if (m := re.search(r"BRA (0x[0-9a-f]+)", x)) and int(m.group(1), 16) < int(a, 16)
+            if (m := re.search(r"BRA (0x[0-9a-f]+)", x)) and int(m.group(1), 16) < a
         )
-        body = [x for a, x in ins if back[1] <= int(a, 16) <= back[0]]
+        body = [x for a, x in ins if back[1] <= a <= back[0]]
         assert sum("LDGSTS" in x for x in body) >= 36 * tiles, d  # the loop holds the tiles' copies
         assert len(body) <= most, (d, len(body))
         assert not any(re.search(r"IADD3 R\d+, -R\d+, 0x10,", x) for x in body), d
