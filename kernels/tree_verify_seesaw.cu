@@ -141,6 +141,25 @@ TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v6
 constexpr uint32_t P_KSTEP = 256, V_KSTEP = 16 * 128;
 static_assert(p_desc(0, 1) == desc_add(p_desc(0, 0), P_KSTEP) && v_desc(0, 1, 1) == desc_add(v_desc(0, 1, 0), V_KSTEP), "k-step strides");
 
+// Math warpgroup C's half of P V over the tile at tile_base, P from registers (pv_regs) or from
+// p_base (pv_smem); STEP: each operand's descriptor built once and stepped by desc_add (the same
+// values as one built per k-step)
+template <int C, bool STEP>
+__device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&a)[BN / 16][4], uint32_t tile_base) {
+  const uint64_t dv = v_desc(tile_base, C, 0);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], STEP ? desc_add(dv, V_KSTEP * kk) : v_desc(tile_base, C, kk));
+}
+template <int C, bool STEP>
+__device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t p_base, uint32_t tile_base) {
+  const uint64_t dp = p_desc(p_base, 0), dv = v_desc(tile_base, C, 0);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    if constexpr (runs(kSkipPV))
+      wgmma_pv_ss(o, STEP ? desc_add(dp, P_KSTEP * kk) : p_desc(p_base, kk), STEP ? desc_add(dv, V_KSTEP * kk) : v_desc(tile_base, C, kk));
+}
+
 // Every stage's part mbarriers, by thread 0 (the loader's 128 threads arrive on each through
 // cp.async.mbarrier.arrive), then the CTA's only barrier
 __device__ __forceinline__ void init_parts(uint32_t full0) {
@@ -348,24 +367,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
     };
     float* const my_max = &sm.max[C][wr + g];
-    // our half of P V over a tile at tile_base: P from registers (pv_rs) or from p_base (pv_ss);
-    // TV_PV_DESC_ADD=1: each operand's descriptor built once and stepped by desc_add (same values)
-    auto v_step = [&](uint32_t tile_base, int kk) {
-      return TV_PV_DESC_ADD ? desc_add(v_desc(tile_base, C, 0), V_KSTEP * kk) : v_desc(tile_base, C, kk);
-    };
-    auto p_step = [&](uint32_t p_base, int kk) {
-      return TV_PV_DESC_ADD ? desc_add(p_desc(p_base, 0), P_KSTEP * kk) : p_desc(p_base, kk);
-    };
-    auto pv_rs = [&](uint32_t tile_base) {
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv(o, pa[kk], v_step(tile_base, kk));
-    };
-    auto pv_ss = [&](uint32_t p_base, uint32_t tile_base) {
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, p_step(p_base, kk), v_step(tile_base, kk));
-    };
+    auto pv_rs = [&](uint32_t tile_base) { pv_regs<C, TV_PV_DESC_ADD>(o, pa, tile_base); };
+    auto pv_ss = [&](uint32_t p_base, uint32_t tile_base) { pv_smem<C, TV_PV_DESC_ADD>(o, p_base, tile_base); };
 
     if constexpr (C == 0) {
       // ---- warpgroup 0: tiles a
@@ -642,10 +645,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       l_r[1] *= au[1];
       if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
       wgmma_fence();
-      const uint64_t dp = p_desc(p_buf(stage(u)), 0), dv = v_desc(stage(u), C, 0);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, desc_add(dp, P_KSTEP * kk), desc_add(dv, V_KSTEP * kk));
+      pv_smem<C, true>(o, p_buf(stage(u)), stage(u));
     };
     for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
@@ -725,10 +725,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
-      const uint64_t dv = v_desc(stage(t), C, 0);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], desc_add(dv, V_KSTEP * kk));
+      pv_regs<C, true>(o, a, stage(t));
       wgmma_commit();
       trace(C, t, kPVIssued);
     }
