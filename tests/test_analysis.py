@@ -240,6 +240,35 @@ def test_peer_table_sets_ours_against_each_peer_it_holds():
     assert t.loc[8, "native / floor"] == 2.0 and t.loc[64, "rows"] == 576
 
 
+def test_targets_name_the_peer_times_that_fall_as_the_context_grows():
+    """A peer slower at a context than at the next longer one (the H200's FlashMLA at 32k x 8 and
+    16 heads x 9 nodes, thirty-fifth session) is named beside the first target; the count itself
+    is not changed. Only shapes from the target's 32k are named; ours is never checked."""
+    ms = {  # (context, heads): (ours, FlashMLA)
+        (4096, 8): (0.02, 0.05),
+        (16384, 8): (0.03, 0.04),
+        (32768, 8): (0.04, 0.24),
+        (65536, 8): (0.05, 0.055),
+        (131072, 8): (0.07, 0.08),
+        (32768, 64): (0.09, 0.08),
+        (65536, 64): (0.16, 0.14),
+    }
+    rows = [
+        dict(impl=impl, context=c, heads=h, nodes=9, ms=v[i], floor_ms=0.01)
+        for (c, h), v in ms.items()
+        for i, impl in enumerate(("native", "flashmla"))
+    ]
+    t = analysis.peer_table(pd.DataFrame(rows))
+    assert analysis.slower_than_longer(t) == [(4096, 8, 9), (32768, 8, 9)]
+    assert analysis.slower_than_longer(t, "native") == [] and analysis.slower_than_longer(t, "sglang") == []
+    first = analysis.peer_targets(t)[0]["measured"]
+    assert first.startswith("3 of 5 shapes;") and first.endswith(
+        "; FlashMLA slower than at a longer context at 32k x 8 x 9 (suspect)"
+    )
+    t.loc[t.context == 32768, "flashmla"] = 0.045
+    assert "suspect" not in analysis.peer_targets(t)[0]["measured"]
+
+
 def test_peers_native_rows_are_what_auto_runs_now():
     import pandas as pd
 
