@@ -35,12 +35,6 @@
 #ifndef TV_PAIR
 #define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
-#ifndef TV_SCALE_FOLD
-#define TV_SCALE_FOLD 0  // 1: the pair schedule's softmax scale in the exponent's FFMA (not yet timed)
-#endif
-#ifndef TV_PV_DESC_ADD
-#define TV_PV_DESC_ADD 0  // 1: the pair schedule's P V descriptors built once and stepped (not yet timed)
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -142,22 +136,20 @@ constexpr uint32_t P_KSTEP = 256, V_KSTEP = 16 * 128;
 static_assert(p_desc(0, 1) == desc_add(p_desc(0, 0), P_KSTEP) && v_desc(0, 1, 1) == desc_add(v_desc(0, 1, 0), V_KSTEP), "k-step strides");
 
 // Math warpgroup C's half of P V over the tile at tile_base, P from registers (pv_regs) or from
-// p_base (pv_smem); STEP: each operand's descriptor built once and stepped by desc_add (the same
-// values as one built per k-step)
-template <int C, bool STEP>
+// p_base (pv_smem); each operand's descriptor built once and stepped by desc_add
+template <int C>
 __device__ __forceinline__ void pv_regs(float (&o)[128], const uint32_t (&a)[BN / 16][4], uint32_t tile_base) {
   const uint64_t dv = v_desc(tile_base, C, 0);
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk)
-    if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], STEP ? desc_add(dv, V_KSTEP * kk) : v_desc(tile_base, C, kk));
+    if constexpr (runs(kSkipPV)) wgmma_pv(o, a[kk], desc_add(dv, V_KSTEP * kk));
 }
-template <int C, bool STEP>
+template <int C>
 __device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t p_base, uint32_t tile_base) {
   const uint64_t dp = p_desc(p_base, 0), dv = v_desc(tile_base, C, 0);
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk)
-    if constexpr (runs(kSkipPV))
-      wgmma_pv_ss(o, STEP ? desc_add(dp, P_KSTEP * kk) : p_desc(p_base, kk), STEP ? desc_add(dv, V_KSTEP * kk) : v_desc(tile_base, C, kk));
+    if constexpr (runs(kSkipPV)) wgmma_pv_ss(o, desc_add(dp, P_KSTEP * kk), desc_add(dv, V_KSTEP * kk));
 }
 
 // Every stage's part mbarriers, by thread 0 (the loader's 128 threads arrive on each through
@@ -329,17 +321,11 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         }
       wgmma_commit();
     };
-    // (TV_SCALE_FOLD=1: scores stay unscaled, the max is scaled once and each exponent takes the
-    // scale in its FFMA, exp2(s * scale - m): 32 multiplies a tile fewer)
+    // scores stay unscaled: the max is scaled once and each exponent takes the scale in its FFMA,
+    // exp2(s * scale - m) (32 multiplies a tile fewer than scaling the scores)
     auto mask = [&](int tile) {
       if constexpr (!runs(kSkipSoftmax)) return;
-      if (!w.is_tree && (w.tile_begin + tile + 1) * BN <= w.kv_len) {
-        if constexpr (!TV_SCALE_FOLD)
-#pragma unroll
-          for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
-      } else {
-        tvc::mask_scores<BN, !TV_SCALE_FOLD>(p, s, g, t4, tile, w, row0 + wr, b);
-      }
+      if (w.is_tree || (w.tile_begin + tile + 1) * BN > w.kv_len) tvc::mask_scores<BN, false>(p, s, g, t4, tile, w, row0 + wr, b);
     };
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
@@ -356,19 +342,19 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // the softmax's steps (TV_SKIP's kSkipSoftmax: no max, no exponent, every factor 1)
     auto row_max = [&](int r) {
       const float mx = runs(kSkipSoftmax) ? tvc::quad_row_max<BN>(s, r) : -INFINITY;
-      return TV_SCALE_FOLD ? mx * p.scale_log2 : mx;
+      return mx * p.scale_log2;
     };
     auto row_exp = [&](int r, float m) {
       if constexpr (!runs(kSkipSoftmax)) return 0.f;
-      return TV_SCALE_FOLD ? tvc::exp2_row_scaled<BN, FAST_EXP>(s, r, m, p.scale_log2) : tvc::exp2_row<BN, FAST_EXP>(s, r, m);
+      return tvc::exp2_row_scaled<BN, FAST_EXP>(s, r, m, p.scale_log2);
     };
     auto factor = [&](float m_old, float m_new) { return runs(kSkipSoftmax) ? max_factor(m_old, m_new) : 1.f; };
     auto rescale_o = [&](const float (&f)[2]) {
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
     };
     float* const my_max = &sm.max[C][wr + g];
-    auto pv_rs = [&](uint32_t tile_base) { pv_regs<C, TV_PV_DESC_ADD>(o, pa, tile_base); };
-    auto pv_ss = [&](uint32_t p_base, uint32_t tile_base) { pv_smem<C, TV_PV_DESC_ADD>(o, p_base, tile_base); };
+    auto pv_rs = [&](uint32_t tile_base) { pv_regs<C>(o, pa, tile_base); };
+    auto pv_ss = [&](uint32_t p_base, uint32_t tile_base) { pv_smem<C>(o, p_base, tile_base); };
 
     if constexpr (C == 0) {
       // ---- warpgroup 0: tiles a
@@ -645,7 +631,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       l_r[1] *= au[1];
       if (__any_sync(0xffffffffu, au[0] != 1.f || au[1] != 1.f)) tvc::rescale_rows(o, au);  // O is idle: (0)
       wgmma_fence();
-      pv_smem<C, true>(o, p_buf(stage(u)), stage(u));
+      pv_smem<C>(o, p_buf(stage(u)), stage(u));
     };
     for (int t = C; t < n; t += 2) {
       // (0) our P V (t - 2) is done: the loader may put tile t in its stage (the wait is
@@ -725,7 +711,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // (5) our half of P V (t), P from registers; O is idle: (3) and (4) waited
       if (rescale) tvc::rescale_rows(o, alpha);
       wgmma_fence();
-      pv_regs<C, true>(o, a, stage(t));
+      pv_regs<C>(o, a, stage(t));
       wgmma_commit();
       trace(C, t, kPVIssued);
     }
