@@ -214,7 +214,10 @@ fig = plots.step_time_vs_context(df, heads, nodes, incident=analysis.INCIDENT["s
 #   since changed its pick, that kernel's own rows of the same run, `native:KERNEL`:
 #   `analysis.peers_frame`); `native_ps64`: `auto` at page size 64 as it ran when recorded.
 #
-# The kernel's targets beside them, and where the recording stands:
+# A peer that took longer at a context than at the next longer one read more keys in less time
+# there, so its shorter-context time is suspect: the cell names such shapes (the H200's FlashMLA
+# at 32k and 9 nodes, `docs/kernel_notes.md`, thirty-fifth session). The kernel's targets beside
+# them, and where the recording stands:
 
 
 # %%
@@ -240,6 +243,10 @@ print(analysis.speedup_range(pdf, "sglang", "native", "the real sglang kernel / 
 print(analysis.speedup_range(pdf, "flashmla", "native", "FlashMLA's prefix call alone / ours"))
 if "flashmla_sparse" in set(pdf.impl):
     print(analysis.speedup_range(pdf, "flashmla_sparse", "native", "FlashMLA's sparse prefill, page size 1 / ours"))
+for peer in ("sglang", "flashmla", "flashmla_sparse"):
+    if odd := analysis.slower_than_longer(ptab, peer):  # the ranges above include these shapes
+        shapes = ", ".join(f"{c:,} x {h} x {n}" for c, h, n in odd)
+        print(f"  suspect: {peer} took longer than at the next longer context at {shapes}")
 for t in analysis.peer_targets(ptab):
     print(f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}")
 
