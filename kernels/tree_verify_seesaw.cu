@@ -325,7 +325,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // exp2(s * scale - m) (32 multiplies a tile fewer than scaling the scores)
     auto mask = [&](int tile) {
       if constexpr (!runs(kSkipSoftmax)) return;
-      if (w.is_tree || (w.tile_begin + tile + 1) * BN > w.kv_len) tvc::mask_scores<BN, false>(p, s, g, t4, tile, w, row0 + wr, b);
+      if (runs(kSkipMask) && (w.is_tree || (w.tile_begin + tile + 1) * BN > w.kv_len))
+        tvc::mask_scores<BN, false>(p, s, g, t4, tile, w, row0 + wr, b);
     };
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
@@ -670,7 +671,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       fence_operands(s);
       fence_o();
       trace(C, t, kQKDone);
-      if (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len) {  // a whole prefix tile: nothing masked
+      if (!runs(kSkipMask) || (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len)) {  // a whole prefix tile
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
       } else if constexpr (runs(kSkipSoftmax) && TREE_BITS) {

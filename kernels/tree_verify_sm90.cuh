@@ -117,11 +117,12 @@ __device__ __forceinline__ Smem& exact_smem() {
 
 // Stage ablations (TV_SKIP, a -D bitmask; specdiag.bench.ablation): Q K^T, both P V halves, the
 // mask and softmax, every tile's cp.async (the loader still announces each part), the page-table
-// reads (prefix token n from pool row n). Results wrong by design.
+// reads (prefix token n from pool row n), the mask alone (every tile taken as a whole prefix
+// tile). Results wrong by design.
 #ifndef TV_SKIP
 #define TV_SKIP 0
 #endif
-enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16 };
+enum Skip : int { kSkipQK = 1, kSkipPV = 2, kSkipSoftmax = 4, kSkipLoads = 8, kSkipPages = 16, kSkipMask = 32 };
 __host__ __device__ constexpr bool runs(Skip stage) { return (TV_SKIP & stage) == 0; }
 
 // TV_TRACE=1 builds: the clock64() buffer a kernel's trace events fill, [who][tile][slot] with row

@@ -370,7 +370,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
             return;
           }
           fence_s();
-          if (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len) {
+          if (!runs(kSkipMask) || (!w.is_tree && (w.tile_begin + max(tile, 0) + 1) * BN <= w.kv_len)) {
 #pragma unroll
             for (int i = 0; i < SV; ++i) s[i] *= p.scale_log2;
           } else {

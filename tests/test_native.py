@@ -703,11 +703,11 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     """bench.ablation's variants are TV_SKIP builds of the Hopper kernels: none serialises its
     wgmma pipeline (it would time ptxas, not the stage), the builds without matrix multiplies
     lose them, and the loads and page lookups go where they say. Spill-free: every build but the
-    wide kernel's no_qk, no_pv and no_mma, which spill 4-40 bytes a thread (ptxas places the
+    wide kernel's no_qk, no_pv, no_mma and no_mask, which spill 4-40 bytes a thread (ptxas places the
     emptied accumulators differently; no_mma keeps four values in local memory across its loop),
     and each kernel's no_loads (up to 16 bytes, outside its loop: the wide kernel's since the
     loader's rows went to page + in-page row, thirty-fourth session, one value around its math
-    warpgroups' setmaxnreg)."""
+    warpgroups' setmaxnreg). Without the mask (no_mask) a build is a tenth shorter or more."""
     from specdiag.bench.ablation import VARIANTS
 
     spec = KERNELS[impl]
@@ -721,13 +721,14 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
         "no_mma",
         "loads_only",
         "no_page_lookup",
+        "no_mask",
     }
     for name, skip in VARIANTS.items():
         f = kernels.nvcc_check(spec.source, defines={"TV_SKIP": skip})[spec.entry]
         assert not f.wgmma_serialized, name
         if name == "no_loads":
             assert f.stack_frame <= 16 and f.spill_stores <= 16, f
-        elif impl == "wgmma_seesaw" or name not in ("no_qk", "no_pv", "no_mma"):
+        elif impl == "wgmma_seesaw" or name not in ("no_qk", "no_pv", "no_mma", "no_mask"):
             assert not f.spills and f.stack_frame == 0, name
     full = kernels.sass(spec.source)
     no_mma = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_mma"]})
@@ -740,6 +741,8 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     no_pages = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_page_lookup"]})
     ldg = lambda sass: len(re.findall(r"\bLDG\.", sass))  # noqa: E731
     assert ldg(no_pages) < ldg(full) and no_pages.count("LDGSTS") == full.count("LDGSTS")
+    no_mask = kernels.sass(spec.source, defines={"TV_SKIP": VARIANTS["no_mask"]})  # the masking branch gone
+    assert len(kernels.sass_instructions(no_mask)) < 0.9 * len(kernels.sass_instructions(full))
 
 
 @pytest.mark.sass
@@ -764,8 +767,7 @@ def test_seesaw_tree_bits_is_a_variant_apart():
 
 def _sass_ins(source: str, defines: dict | None = None) -> list[tuple[int, str]]:
     """A build's SASS as (address, instruction) pairs."""
-    text = kernels.sass(source, defines=defines or {})
-    return [(int(a, 16), x) for a, x in re.findall(r"/\*([0-9a-f]+)\*/\s+(.*?);", text)]
+    return kernels.sass_instructions(kernels.sass(source, defines=defines or {}))
 
 
 def _chain_steps(ins: list[str], op: str) -> list[tuple[int, int]]:
@@ -806,8 +808,7 @@ def _exp_inputs(source: str, defines: dict | None = None) -> dict[str, int]:
     for i, x in enumerate(ins):
         if m := re.search(r"MUFU\.EX2 R\d+, (R\d+)", x):
             writer = next((w for w in reversed(ins[:i]) if re.match(rf"(?:@!?U?P\w+ )?\S+ {m.group(1)}\b", w)), "?")
-            op = re.sub(r"^@!?U?P\w+ ", "", writer).split(" ")[0].split(".")[0]
-            by[op] = by.get(op, 0) + 1
+            by[kernels.opcode(writer)] = by.get(kernels.opcode(writer), 0) + 1
     return by
 
 
@@ -824,6 +825,31 @@ def test_seesaw_pair_schedule_folds_the_scale_into_the_exponent():
     pair, turns = _exp_inputs(spec.source), _exp_inputs(spec.source, {"TV_PAIR": 0})
     assert pair.get("FFMA", 0) >= 64 and not pair.get("FADD"), pair
     assert turns.get("FADD", 0) >= 64 and not turns.get("FFMA"), turns
+
+
+@pytest.mark.sass
+def test_seesaw_steady_loops_are_as_lean_as_flashmlas():
+    """tools/sass_loops/loops.py on the seesaw kernel without its masking branch (the no_mask
+    ablation, TV_SKIP=32): the pair schedule's two math loops run 629 and 874 instructions a pair
+    of tiles with 44 wgmmas each, and its loader's 307. FlashMLA's SM90 dense decode (the
+    sgl-flash-mla 1.0.0 wheel; its math warpgroups issue its TMA loads too) runs 756 and 940
+    (docs/kernel_notes.md, thirty-fifth session). The bounds sit just above ours; the default
+    build's loops hold the masking branch and are longer."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sass_loops", ROOT / "tools" / "sass_loops" / "loops.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    source = KERNELS["wgmma_seesaw"].source
+    lean = tool.loops(kernels.sass(source, defines={"TV_SKIP": 32}))
+    mma = [sum("HGMMA" in x for x in lp["body"]) for lp in lean]
+    sizes = [len(lp["body"]) for lp in lean]
+    assert mma == [44, 44, 0] and sizes[0] <= 640 and sizes[1] <= 890 and sizes[2] <= 310, sizes
+    assert sum("LDGSTS" in x for x in lean[2]["body"]) == 76
+    full = [len(lp["body"]) for lp in tool.loops(kernels.sass(source))]
+    assert full[0] > sizes[0] and full[1] > sizes[1] and full[2] == sizes[2], (full, sizes)
+    lines = tool.table({"a": lean[0]["body"]}).splitlines()
+    assert lines[0].split() == ["opcode", "a"] and lines[-1].split() == ["total", str(sizes[0])]
 
 
 @pytest.mark.sass

@@ -37,6 +37,8 @@ __all__ = [
     "parse_ptxas",
     "find_cuobjdump",
     "sass",
+    "sass_instructions",
+    "opcode",
     "ptx_config",
     "module_config",
     "PtxasFunction",
@@ -256,6 +258,20 @@ def sass(
         return subprocess.run(
             [dump, "--dump-sass", str(Path(td) / "k.cubin")], capture_output=True, text=True, check=True
         ).stdout
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]+)\*/\s+(.*?);")
+
+
+def sass_instructions(text: str) -> list[tuple[int, str]]:
+    """A SASS listing's instructions as (address, instruction) pairs, in order."""
+    return [(int(a, 16), x) for a, x in _SASS_LINE.findall(text)]
+
+
+def opcode(instruction: str) -> str:
+    """'@!P0 BRA 0x10' -> 'BRA'; 'HGMMA.64x64x16.F32.BF16 R1, ...' -> 'HGMMA'."""
+    words = instruction.split()
+    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
 
 
 @dataclass(frozen=True)

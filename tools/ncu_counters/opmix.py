@@ -16,16 +16,12 @@ import json
 import sys
 from pathlib import Path
 
+from specdiag.kernels import opcode
+
 sys.path.insert(0, str(Path(__file__).parent))
 from counters import KERNELS, parse_shape, preflight  # noqa: E402
 
 TILE = 64  # keys and query rows of the prefix tiles the counts are divided by
-
-
-def opcode(sass: str) -> str:
-    """'@!P0 BRA 0x10' -> 'BRA'; 'HGMMA.64x64x16.F32.BF16 R1, ...' -> 'HGMMA'."""
-    words = sass.split()
-    return (words[1] if words[0].startswith("@") else words[0]).split(".")[0]
 
 
 def roles(instructions: list[dict]) -> list[tuple[str, int, int]]:

@@ -14,6 +14,7 @@ __all__ = [
     "SKIP_SOFTMAX",
     "SKIP_LOADS",
     "SKIP_PAGES",
+    "SKIP_MASK",
     "VARIANTS",
     "ABLATION_SHAPES",
     "ablation_shapes",
@@ -21,7 +22,7 @@ __all__ = [
 ]
 
 # tvg::Skip in kernels/tree_verify_sm90.cuh (the seesaw and the wide kernel obey it)
-SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS, SKIP_PAGES = 1, 2, 4, 8, 16
+SKIP_QK, SKIP_PV, SKIP_SOFTMAX, SKIP_LOADS, SKIP_PAGES, SKIP_MASK = 1, 2, 4, 8, 16, 32
 VARIANTS = {
     "full": 0,
     "no_qk": SKIP_QK,
@@ -31,6 +32,7 @@ VARIANTS = {
     "no_mma": SKIP_QK | SKIP_PV,
     "loads_only": SKIP_QK | SKIP_PV | SKIP_SOFTMAX,
     "no_page_lookup": SKIP_PAGES,  # prefix token n from pool row n: the page table left unread
+    "no_mask": SKIP_MASK,  # every tile a whole prefix tile: the masking branch gone
 }
 ABLATION_SHAPES = ((65536, 64, 257), (185000, 8, 65), (185000, 8, 9))
 _WIDE_SHAPES = ((185000, 8, 9), (65536, 8, 9))  # the wide kernel's: one CTA for 72 rows
