@@ -1,10 +1,11 @@
 """The steady loops of a kernel build, opcode by opcode: every innermost backward branch whose body
 holds wgmmas (a math warpgroup's tile loop) or cp.async (a loader's), from cuobjdump's SASS. No GPU.
-With --flashmla, FlashMLA's SM90 dense decode (bf16, head dim 576) from the installed flash_mla
-wheel beside it. Static counts: a loop's cold branches count as if taken (the no_mask ablation,
-TV_SKIP=32, drops the masking branch of the Hopper kernels).
+With --flashmla, FlashMLA's SM90 dense decode (bf16, head dim 576; --kind sparse: its sparse
+prefill, which gathers single tokens) from the installed flash_mla wheel beside it. Static counts:
+a loop's cold branches count as if taken (the no_mask ablation, TV_SKIP=32, drops the masking
+branch of the Hopper kernels).
 
-    python tools/sass_loops/loops.py [IMPL] [--defines 'NAME=INT,...'] [--flashmla [_C_legacy.so]]
+    python tools/sass_loops/loops.py [IMPL] [--defines 'NAME=INT,...'] [--flashmla [SO]] [--kind sparse]
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from specdiag.attention.registry import KERNELS
 from specdiag.bench.variants import parse_variants
 
 _BACK = re.compile(r"BRA (?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
-FLASHMLA_DENSE = ("decode5dense28flash_fwd_splitkv_mla_kernel", "bfloat16_tELi576")
+# FlashMLA's SM90 kernels by what their mangled names hold: the dense bf16 decode and the sparse
+# prefill (page size 1 gathers), both at head dim 576
+FLASHMLA = {
+    "dense": ("decode5dense28flash_fwd_splitkv_mla_kernel", "bfloat16_tELi576"),
+    "sparse": ("prefill10sparse_fwd22sparse_attn_fwd_kernel", "KernelTemplateILi576ELb0"),
+}
 
 
 def loops(sass: str, marks=("HGMMA", "LDGSTS")) -> list[dict]:
@@ -46,8 +52,9 @@ def loops(sass: str, marks=("HGMMA", "LDGSTS")) -> list[dict]:
     return sorted(inner, key=lambda lp: lp["start"])
 
 
-def flashmla_sass(so: Path | None = None) -> str:
-    """The SASS of FlashMLA's SM90 dense bf16 decode kernel (head dim 576) in its legacy module."""
+def flashmla_sass(so: Path | None = None, kind: str = "dense") -> str:
+    """The SASS of FlashMLA's SM90 ``kind`` kernel (``FLASHMLA``) in its legacy module ``so``
+    (default: the installed wheel's)."""
     if so is None:
         import importlib.util
 
@@ -67,9 +74,9 @@ def flashmla_sass(so: Path | None = None) -> str:
             subprocess.run([exe, "-xelf", name, str(so)], cwd=td, capture_output=True, check=True)
             text = subprocess.run([exe, "-sass", str(Path(td) / name)], capture_output=True, text=True).stdout
             for fn in re.split(r"\n\s*Function : ", text):
-                if all(k in fn.split("\n", 1)[0] for k in FLASHMLA_DENSE):
+                if all(k in fn.split("\n", 1)[0] for k in FLASHMLA[kind]):
                     return fn
-    raise SystemExit(f"loops: no SM90 dense bf16 decode kernel in {so}")
+    raise SystemExit(f"loops: no SM90 {kind} kernel of head dim 576 in {so}")
 
 
 def table(named: dict[str, list[str]], top: int = 30) -> str:
@@ -87,6 +94,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("impl", nargs="?", default="wgmma_seesaw", choices=sorted(KERNELS))
     ap.add_argument("--defines", default="", help="the build's switches, 'NAME=INT,...'")
+    ap.add_argument("--kind", choices=sorted(FLASHMLA), default="dense", help="which FlashMLA kernel --flashmla reads")
     ap.add_argument(
         "--flashmla",
         nargs="?",
@@ -103,8 +111,8 @@ def main(argv=None) -> None:
     for i, lp in enumerate(loops(kernels.sass(spec.source, defines={**dict(spec.defines), **defines}))):
         named[f"ours {i} ({sum('HGMMA' in x for x in lp['body'])} mma)"] = lp["body"]
     if a.flashmla is not None:
-        for i, lp in enumerate(loops(flashmla_sass(Path(a.flashmla) if a.flashmla else None))):
-            named[f"fmla {i} ({sum('HGMMA' in x for x in lp['body'])} mma)"] = lp["body"]
+        for i, lp in enumerate(loops(flashmla_sass(Path(a.flashmla) if a.flashmla else None, a.kind))):
+            named[f"{a.kind} {i} ({sum('HGMMA' in x for x in lp['body'])} mma)"] = lp["body"]
     print(table(named))
 
 
