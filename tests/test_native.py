@@ -828,7 +828,7 @@ def test_seesaw_pair_schedule_folds_the_scale_into_the_exponent():
 
 
 @pytest.mark.sass
-def test_seesaw_steady_loops_are_as_lean_as_flashmlas():
+def test_seesaw_steady_loops_stay_lean():
     """tools/sass_loops/loops.py on the seesaw kernel without its masking branch (the no_mask
     ablation, TV_SKIP=32): the pair schedule's two math loops run 629 and 874 instructions a pair
     of tiles with 44 wgmmas each, and its loader's 307. FlashMLA's SM90 dense decode (the

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specdiag import kernels
 from specdiag.attention.registry import KERNELS
-from specdiag.bench.variants import parse_variants
+from specdiag.bench.variants import check_switches, parse_variants
 
 _BACK = re.compile(r"BRA (?:`\(\.L_x_\d+\)\s*)?(0x[0-9a-f]+)")
 # FlashMLA's SM90 kernels by what their mangled names hold: the dense bf16 decode and the sparse
@@ -64,6 +64,8 @@ def flashmla_sass(so: Path | None = None, kind: str = "dense") -> str:
         so = next(Path(spec.submodule_search_locations[0]).glob("_C_legacy*.so"), None)
         if so is None:
             raise SystemExit("loops: this flash_mla has no legacy module")
+    if not Path(so).is_file():
+        raise SystemExit(f"loops: no such file: {so}")
     exe = kernels.find_cuobjdump()
     if exe is None:
         raise SystemExit("loops: no cuobjdump (the CUDA toolkit's, or Triton's copy)")
@@ -104,6 +106,8 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     try:
         defines = parse_variants(a.defines)[0] if a.defines else {}
+        if defines:  # (a switch the source never names would silently build the default)
+            check_switches(a.impl, [defines])
     except ValueError as e:
         ap.error(f"--defines: {e}")
     spec = KERNELS[a.impl]
