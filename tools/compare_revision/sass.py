@@ -42,12 +42,11 @@ def extract_kernels(rev: str, dest: Path, repo: Path) -> Path:
 
 
 KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels"
-_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]+\*/", re.M)
 
 
 def instructions(text: str) -> int:
     """The SASS listing's instruction count (lines with an address, not the encoding lines)."""
-    return len(_INSTRUCTION.findall(text))
+    return len(kernels.sass_instructions(text))
 
 
 def compare(old_root: Path, new_root: Path = KERNELS_DIR, extra=(), specs=None, progress=print) -> list[dict]:
