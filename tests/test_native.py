@@ -801,6 +801,16 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     assert len(gaps) == 12 and max(gaps) <= 5, gaps
 
 
+def _sass_loops_tool():
+    """tools/sass_loops/loops.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sass_loops", ROOT / "tools" / "sass_loops" / "loops.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
 def _exp_inputs(source: str, defines: dict | None = None) -> dict[str, int]:
     """Per opcode, how many of a build's MUFU.EX2 take a register that opcode wrote last."""
     ins = [x for _, x in _sass_ins(source, defines)]
@@ -835,11 +845,7 @@ def test_seesaw_steady_loops_stay_lean():
     sgl-flash-mla 1.0.0 wheel; its math warpgroups issue its TMA loads too) runs 756 and 940
     (docs/kernel_notes.md, thirty-fifth session). The bounds sit just above ours; the default
     build's loops hold the masking branch and are longer."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sass_loops", ROOT / "tools" / "sass_loops" / "loops.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = _sass_loops_tool()
     source = KERNELS["wgmma_seesaw"].source
     lean = tool.loops(kernels.sass(source, defines={"TV_SKIP": 32}))
     mma = [sum("HGMMA" in x for x in lp["body"]) for lp in lean]
@@ -856,21 +862,16 @@ def test_seesaw_steady_loops_stay_lean():
 def test_seesaw_loaders_copy_without_per_row_address_work():
     """The seesaw kernel's loaders take each row's page and in-page row a load ahead and form its
     address at the copy; each copy's zero-fill is an ignore-src predicate (tvg::cp_async16_in); the
-    page-table reads need no predicate. The steady loop then runs 307 instructions a pair of tiles
+    page-table reads are written without a predicate (ptxas still puts the split's kind on them,
+    thirty-fifth session). The steady loop (tools/sass_loops) then runs 307 instructions a pair of tiles
     (turns: 140 a tile) where a764b0e ran 597 (325): that build predicated each row's work on the
     split's kind, recomputed its page index and, for a src-size register, added (16 - size) & 15
     to every row's address before each group of copies (docs/kernel_notes.md, thirty-fourth
     session)."""
     spec = KERNELS["wgmma_seesaw"]
+    loops = _sass_loops_tool().loops
     for d, tiles, most in (({}, 2, 330), ({"TV_PAIR": 0}, 1, 155)):
-        ins = _sass_ins(spec.source, d)
-        last = max(i for i, (_, x) in enumerate(ins) if "LDGSTS" in x)
-        back = next(  # the loop's backward branch: the first after its last copy
-            (a, int(m.group(1), 16))
-            for a, x in ins[last:]
-            if (m := re.search(r"BRA (0x[0-9a-f]+)", x)) and int(m.group(1), 16) < a
-        )
-        body = [x for a, x in ins if back[1] <= a <= back[0]]
+        (body,) = [lp["body"] for lp in loops(kernels.sass(spec.source, defines=d), marks=("LDGSTS",))]
         assert sum("LDGSTS" in x for x in body) >= 36 * tiles, d  # the loop holds the tiles' copies
         assert len(body) <= most, (d, len(body))
         assert not any(re.search(r"IADD3 R\d+, -R\d+, 0x10,", x) for x in body), d
