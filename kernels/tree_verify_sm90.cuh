@@ -272,7 +272,8 @@ template <int ROWS, int THREADS>
 __device__ __forceinline__ void key_pages(const tv::VerifyParams& p, const tvc::SplitWork& w, int tok0, int t, int b,
                                           KeyPages<ROWS / (THREADS / 8)>& k) {
   // (a tree split reads its request's prefix length where a page-table entry would be: a valid
-  // address for every split, so the reads need no predicate, and the value goes unused)
+  // address for every split, so the reads are written without a predicate, and the value goes
+  // unused; ptxas still puts the split's kind on them)
   const int* entries = w.is_tree ? p.prefix_lens + b : p.page_table + (size_t)b * p.max_pages;
 #pragma unroll
   for (int i = 0; i < ROWS / (THREADS / 8); ++i) {
