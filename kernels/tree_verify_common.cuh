@@ -56,9 +56,19 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
+// The pool's page size where the build fixes it (-DTV_PAGE_SIZE=N: the host builds N = 1 for pools
+// of one-token pages, DDTree's, and checks that the params agree), 0: read from the params.
+#ifndef TV_PAGE_SIZE
+#define TV_PAGE_SIZE 0
+#endif
+__device__ __forceinline__ int page_size(const VerifyParams& p) { return TV_PAGE_SIZE > 0 ? TV_PAGE_SIZE : p.page_size; }
+
 // tok / page_size for 0 <= tok < 2^31, by the host's multiplier (a division per row slowed the loaders).
 __device__ __forceinline__ int page_of(const VerifyParams& p, int tok) {
-  return (int)((__umulhi((uint32_t)tok, p.page_magic) + (uint32_t)tok) >> p.page_shift);
+  if constexpr (TV_PAGE_SIZE > 0)
+    return tok / TV_PAGE_SIZE;
+  else
+    return (int)((__umulhi((uint32_t)tok, p.page_magic) + (uint32_t)tok) >> p.page_shift);
 }
 
 // The pool page of prefix key `tok` (clamped into the prefix; 0 for tree keys, which have none).
@@ -75,7 +85,7 @@ __device__ __forceinline__ void key_row_in(const VerifyParams& p, const SplitWor
   const bool ok = tok < w.kv_len;
   const int tk = ok ? tok : 0;
   src = w.is_tree ? p.tree_kv + ((size_t)b * p.T + tk) * tv::D
-                  : p.kv_pool + ((size_t)page * p.page_size + (tk - page_of(p, tk) * p.page_size)) * tv::D;
+                  : p.kv_pool + ((size_t)page * page_size(p) + (tk - page_of(p, tk) * page_size(p))) * tv::D;
   bytes = ok ? 16 : 0;
 }
 

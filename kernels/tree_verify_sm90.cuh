@@ -257,7 +257,7 @@ struct KeySource {
 };
 __device__ __forceinline__ KeySource key_source(const tv::VerifyParams& p, const tvc::SplitWork& w, int t, int b) {
   const __nv_bfloat16* base = w.is_tree ? p.tree_kv + (size_t)b * p.T * tv::D : p.kv_pool;
-  return {base + load_chunk(t, 0) * 8, w.is_tree ? 1 : p.page_size};
+  return {base + load_chunk(t, 0) * 8, w.is_tree ? 1 : tvc::page_size(p)};
 }
 // This thread's rows load_row<THREADS>(t, i) of a ROWS-key tile from key tok0 of its split's part:
 // each row's page and its row in the page, read a load ahead of the copies (with page size 1 every
@@ -283,7 +283,7 @@ __device__ __forceinline__ void key_pages(const tv::VerifyParams& p, const tvc::
     const int pi = tvc::page_of(p, pk);
     const int page = runs(kSkipPages) ? __ldg(entries + pi) : pi;
     k.page[i] = w.is_tree ? tk : page;
-    k.off[i] = pk - pi * p.page_size;
+    k.off[i] = pk - pi * tvc::page_size(p);
   }
 }
 // row i's first element at this thread's first chunk

@@ -878,6 +878,51 @@ def test_seesaw_loaders_copy_without_per_row_address_work():
 
 
 @pytest.mark.sass
+@pytest.mark.parametrize("spec", KERNELS.values(), ids=lambda s: s.name)
+def test_one_token_page_build_drops_the_page_arithmetic(spec):
+    """TV_PAGE_SIZE=1, the build for one-token pages (DDTree's; native.build_defines), compiles
+    without spills or a serialised wgmma pipeline, and its steady copy loop is shorter than the
+    run-time page size's. The Hopper loaders lose the page division (IMAD.HI of tv::page_of's
+    multiplier) altogether; the seesaw's loader, without its masking branch (TV_SKIP=32), runs 255
+    instructions a pair of tiles where the run-time build runs 307 (FlashMLA's sparse prefill's
+    loader, which gathers single tokens, runs 242: docs/kernel_notes.md, thirty-fifth session)."""
+    loops = _sass_loops_tool().loops
+    base = dict(spec.defines)
+    f = kernels.nvcc_check(spec.source, defines={**base, "TV_PAGE_SIZE": 1})[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, f
+    one, any_size = (
+        loops(kernels.sass(spec.source, defines={**base, **d}), marks=("LDGSTS",))[-1]["body"]
+        for d in ({"TV_PAGE_SIZE": 1}, {})
+    )
+    assert sum("LDGSTS" in x for x in one) == sum("LDGSTS" in x for x in any_size) > 0
+    assert len(one) < len(any_size), (len(one), len(any_size))
+    if spec.name in ("wgmma_seesaw", "wgmma_wide"):
+        assert not any("IMAD.HI" in x for x in one) and any("IMAD.HI" in x for x in any_size)
+    if spec.name == "wgmma_seesaw":
+        lean = loops(kernels.sass(spec.source, defines={"TV_SKIP": 32, "TV_PAGE_SIZE": 1}), marks=("LDGSTS",))
+        assert len(lean[-1]["body"]) <= 260, len(lean[-1]["body"])
+
+
+@pytest.mark.parametrize("default_on", [False, True])
+def test_one_token_page_build_is_checked_against_the_pool(default_on, monkeypatch):
+    """With ONE_TOKEN_PAGE_BUILD a pool of one-token pages gets the TV_PAGE_SIZE=1 build, else the
+    page size read at run time, as every other pool; a build for pages other than the pool's is
+    refused (it would read the wrong rows)."""
+    from specdiag.attention import native
+    from specdiag.attention.native import build_defines
+
+    monkeypatch.setattr(native, "ONE_TOKEN_PAGE_BUILD", default_on)
+    assert build_defines(1) == ({"TV_PAGE_SIZE": 1} if default_on else {})
+    assert build_defines(1, {"TV_PAGE_SIZE": 1}) == {"TV_PAGE_SIZE": 1}
+    assert build_defines(64) == {} and build_defines(7, {"TV_SKIP": 3}) == {"TV_SKIP": 3}
+    assert build_defines(1, {"TV_PAGE_SIZE": 0}) == {"TV_PAGE_SIZE": 0}  # the run-time build, for an A/B
+    assert build_defines(64, {"TV_PAGE_SIZE": 64, "TV_SKIP": 3}) == {"TV_PAGE_SIZE": 64, "TV_SKIP": 3}
+    for pages, fixed in ((64, 1), (1, 64), (16, 32)):
+        with pytest.raises(ValueError, match=f"TV_PAGE_SIZE={fixed}, but kv_pool's pages hold {pages} tokens"):
+            build_defines(pages, {"TV_PAGE_SIZE": fixed})
+
+
+@pytest.mark.sass
 def test_seesaw_schedules_pair_by_default_turns_apart():
     """The seesaw kernel's default build is the pair schedule (FlashMLA's order; docs/kernel_notes.md,
     thirty-third session): registers 224 / 56, all of sm_90's 227 KB (P of a pair's odd tile in a
@@ -989,6 +1034,22 @@ def test_native_matches_float64_reference_on_gpu(impl):
     for r in results:
         assert r["impl"] == impl and passed(r), r
         assert r["poisoned_slots"] > 0, r  # every case has spare pages
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", KERNELS)
+def test_one_token_page_build_returns_the_run_time_builds_bits(impl):
+    """The TV_PAGE_SIZE=1 build reads the same rows as the build that reads the page size at run
+    time (TV_PAGE_SIZE=0), so both return the same bits."""
+    _needs_sm90(impl)
+    x, _ = make_verify_inputs([5000, 0, 777], nodes=17, heads=8, page_size=1, seed=3, device="cuda")
+    one = NativeTreeVerify(**x, scale=SCALE, impl=impl, defines={"TV_PAGE_SIZE": 1})
+    run_time = NativeTreeVerify(**x, scale=SCALE, impl=impl, defines={"TV_PAGE_SIZE": 0})
+    assert one.defines == {"TV_PAGE_SIZE": 1} and run_time.defines == {"TV_PAGE_SIZE": 0}
+    (o1, l1), (o0, l0) = one.run(), run_time.run()
+    assert torch.equal(o1, o0) and torch.equal(l1, l0)
+    with pytest.raises(ValueError, match="TV_PAGE_SIZE=64, but kv_pool's pages hold 1 tokens"):
+        NativeTreeVerify(**x, scale=SCALE, impl=impl, defines={"TV_PAGE_SIZE": 64})
 
 
 @pytest.mark.gpu

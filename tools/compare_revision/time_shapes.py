@@ -66,6 +66,7 @@ def main(tag: str, path: str, impl: str, shapes: str, defines: str = "") -> None
                     side=tag,
                     impl=impl,
                     defines=switches,
+                    build=getattr(ops[0], "defines", switches),  # (with the page-size build, where the lib has one)
                     context=ctx,
                     heads=h,
                     nodes=t,

@@ -18,7 +18,7 @@ from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 from .plan import merge_groups, plan_launch
 from .registry import KERNELS, MERGE, resolve_impl
 
-__all__ = ["NativeTreeVerify", "VerifyParams", "page_divider", "tree_verify_attention_native"]
+__all__ = ["NativeTreeVerify", "VerifyParams", "build_defines", "page_divider", "tree_verify_attention_native"]
 
 
 _I32, _U32, _PTR = ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p
@@ -54,6 +54,24 @@ def page_divider(page_size: int) -> tuple[int, int]:
     return ((1 << 32) * ((1 << shift) - page_size)) // page_size + 1, shift
 
 
+# Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: not until a GPU has
+# timed it beside the run-time page size's build (docs/kernel_notes.md, thirty-sixth session)
+ONE_TOKEN_PAGE_BUILD = False
+
+
+def build_defines(page_size: int, defines=None) -> dict[str, int]:
+    """The partial kernel's compile-time switches for a pool of ``page_size``-token pages:
+    ``defines``, and ``TV_PAGE_SIZE=1`` for one-token pages where ``ONE_TOKEN_PAGE_BUILD`` (the
+    build whose loaders do no page arithmetic). A ``TV_PAGE_SIZE`` in ``defines`` must be 0 (the
+    page size read at run time) or ``page_size``: a build for other pages would read the wrong rows."""
+    out = {"TV_PAGE_SIZE": 1} if page_size == 1 and ONE_TOKEN_PAGE_BUILD else {}
+    out.update(defines or {})
+    fixed = out.get("TV_PAGE_SIZE", 0)
+    if fixed not in (0, page_size):
+        raise ValueError(f"defines TV_PAGE_SIZE={fixed}, but kv_pool's pages hold {page_size} tokens")
+    return out
+
+
 def _validated(q, kv_pool, page_table, prefix_lens, tree_kv, tree_mask, check: bool):
     if isinstance(q, torch.Tensor) and q.shape[-1] != MLA_HEAD_DIM:
         raise ValueError(f"the native kernel is built for head dim {MLA_HEAD_DIM}; q has {q.shape[-1]}")
@@ -77,7 +95,8 @@ class NativeTreeVerify:
     ``run()`` returns ``out`` bf16 [B, T, H, 512] and ``lse`` float32 [B, T, H] (natural log),
     buffers reused by the next ``run()``. ``impl``: a ``registry.KERNELS`` name or ``"auto"``;
     ``prefix_splits`` overrides the plan's split count; ``defines`` are compile-time switches of
-    the kernel source (the stage ablations' ``TV_SKIP``).
+    the kernel source (the stage ablations' ``TV_SKIP``; ``TV_PAGE_SIZE=1`` for a pool of one-token
+    pages), checked by ``build_defines``; ``self.defines`` is what the partial kernel was built with.
     """
 
     def __init__(
@@ -104,8 +123,9 @@ class NativeTreeVerify:
         b, t, h, _ = x.q.shape
         max_prefix = int(x.prefix_lens.max())
         self.spec = KERNELS[resolve_impl(impl, dev, max_prefix=max_prefix, rows=t * h)]
+        self.defines = build_defines(x.kv_pool.shape[1], defines)
         if defines:  # a -D variant may change the tile or shared memory: plan with what it exports
-            cfg = kernels.module_config(self.spec, dev.index, defines)
+            cfg = kernels.module_config(self.spec, dev.index, self.defines)
             self.spec = dataclasses.replace(
                 self.spec,
                 threads=cfg.threads,
@@ -163,7 +183,7 @@ class NativeTreeVerify:
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):
-            partial = kernels.load_kernel(self.spec, dev.index, defines)
+            partial = kernels.load_kernel(self.spec, dev.index, self.defines)
             merge = kernels.load_kernel(MERGE, dev.index)
         self._launches = (
             kernels.PreparedLaunch(

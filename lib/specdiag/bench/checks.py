@@ -75,6 +75,7 @@ def check_native(cases=CHECK_CASES, seed: int = 1234, impl: str = "auto", define
             dict(
                 impl=op.impl,
                 **({"defines": defines} if defines else {}),
+                build=op.defines,  # what the partial kernel was built with (its page-size build too)
                 prefix_lens=lens,
                 nodes=nodes,
                 heads=heads,

@@ -86,7 +86,7 @@ def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
     sets = [rot.inputs(i) for i in range(rot.n)]
     if impl.startswith("native"):
         ops = rot.native_ops(impl=impl.partition(":")[2] or "auto")
-        return [op.run for op in ops], dict(kernel=ops[0].impl, splits=ops[0].plan.splits)
+        return [op.run for op in ops], dict(kernel=ops[0].impl, splits=ops[0].plan.splits, build=ops[0].defines)
     if impl == "flashmla":
         keep = ("q", "kv_pool", "page_table", "prefix_lens")
         return [peers.FlashMLAPrefix(**{k: s[k] for k in keep}, scale=SOFTMAX_SCALE).run for s in sets], {}

@@ -208,7 +208,7 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
     opts = dict(scale=SOFTMAX_SCALE, check=False, impl=impl, defines=defines, prefix_splits=prefix_splits)
     op = NativeTreeVerify(**rot.inputs(0), **opts)
     op.run()
-    mod = kernels.load_module(KERNELS[impl].source, torch.cuda.current_device(), defines)
+    mod = kernels.load_module(KERNELS[impl].source, torch.cuda.current_device(), op.defines)
     import pycuda.driver as cuda
 
     ptr, size = mod.get_global("tv_trace")
