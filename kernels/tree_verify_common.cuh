@@ -56,8 +56,8 @@ __device__ __forceinline__ void store_partial_s(float* mine, const float (&s)[BN
   }
 }
 
-// The pool's page size where the build fixes it (-DTV_PAGE_SIZE=N: the host builds N = 1 for pools
-// of one-token pages, DDTree's, and checks that the params agree), 0: read from the params.
+// The pool's page size where the build fixes it (-DTV_PAGE_SIZE=N, 1 for DDTree's one-token pages;
+// the host checks it against the pool: native.build_defines), 0: read from the params.
 #ifndef TV_PAGE_SIZE
 #define TV_PAGE_SIZE 0
 #endif
