@@ -399,11 +399,31 @@ def test_session32_recordings_hold_what_the_notes_say():
 def _timings(runs: dict, *keys: str) -> dict:
     """time_shapes.py rows of a session's runs (``keys``) pooled per (context, heads, nodes): every
     timing of that shape."""
-    t = {}
-    for k in keys:
-        for r in runs[k]:
-            t.setdefault((r["context"], r["heads"], r["nodes"]), []).extend(r["ms_runs"])
-    return t
+    return _tool("compare_revision", "ratios.py").pooled(r for k in keys for r in runs[k])
+
+
+def test_ratios_tool_pools_each_sides_timings(tmp_path):
+    """tools/compare_revision/ratios.py: each side's timings of a shape pooled over its files, B's
+    median over A's per shape both sides time, and a one-line error when they share none."""
+    tool = _tool("compare_revision", "ratios.py")
+
+    def row(ctx, ms):
+        return dict(context=ctx, heads=8, nodes=9, ms=min(ms), ms_runs=ms)
+
+    a1, a2, b1 = [row(1, [1.0, 3.0]), row(2, [2.0, 2.0])], [row(1, [2.0, 9.0])], [row(1, [1.5, 2.5]), row(3, [1.0])]
+    assert tool.pooled(a1 + a2) == {(1, 8, 9): [1.0, 3.0, 2.0, 9.0], (2, 8, 9): [2.0, 2.0]}
+    (r,) = tool.ratio_rows(a1 + a2, b1)  # shapes 2 and 3 are on one side only
+    assert r["shape"] == (1, 8, 9) and r["a_ms"] == 2.5 and r["b_ms"] == 2.0 and r["ratio"] == 0.8
+    assert r["spread"] == 9.0
+    files = {}
+    for name, rows in (("a1", a1), ("a2", a2), ("b1", b1), ("c", [row(4, [1.0])])):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(rows))
+    run = [sys.executable, str(ROOT / "tools" / "compare_revision" / "ratios.py")]
+    res = subprocess.run([*run, f"{files['a1']},{files['a2']}", str(files["b1"])], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == "B/A: 0.800-0.800x, median 0.800x over 1 shapes"
+    res = subprocess.run([*run, str(files["a1"]), str(files["c"])], capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr.strip() == "ratios: the two sides share no shape"
 
 
 def _median_times(runs: dict, *keys: str) -> dict:
@@ -801,14 +821,16 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     assert len(gaps) == 12 and max(gaps) <= 5, gaps
 
 
-def _sass_loops_tool():
-    """tools/sass_loops/loops.py as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sass_loops", ROOT / "tools" / "sass_loops" / "loops.py")
+def _tool(folder: str, file: str):
+    """tools/<folder>/<file> as a module."""
+    spec = importlib.util.spec_from_file_location(folder, ROOT / "tools" / folder / file)
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     return tool
+
+
+def _sass_loops_tool():
+    return _tool("sass_loops", "loops.py")
 
 
 def _exp_inputs(source: str, defines: dict | None = None) -> dict[str, int]:
