@@ -234,34 +234,18 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<PAIR_LOAD_REGS>();
     if (n > 0) {
-      const int t = tid - 2 * WG;
-      constexpr int ROWS_T = BN / (WG / 8);
-      using Pages = KeyPages<ROWS_T>;
-      const KeySource src = key_source(p, w, t, b);
-      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
-      // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
-      // keep their swizzle, column blocks are BN * 128 bytes apart
-      const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
+      const KeyLoader<BN, WG> ld(p, w, tid - 2 * WG, b);
+      using Pages = KeyLoader<BN, WG>::Pages;
       // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
       auto load_group = [&](int tile, auto sg_c, const Pages& k) {
         constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
-#pragma unroll
-        for (int i = 0; i < ROWS_T; ++i) {
-          const __nv_bfloat16* row = key_ptr(src, k, i);
-          const bool in = key_in<WG>(w, (w.tile_begin + tile) * BN, t, i);
-#pragma unroll
-          for (int j = 0; j < group_blocks(S, GR); ++j) {
-            const int cb = group_block(S, GR, j);
-            const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + cb * BN * 128);
-            if constexpr (runs(kSkipLoads)) cp_async16_in<TV_L2_PREFETCH>(dst, row + 64 * cb, in);
-          }
-        }
+        ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
         cp_async_mbar_arrive(full(tile, GR));
       };
       Pages ka, kb;
-      pages_of(0, ka);
-      if (n > 1) pages_of(1, kb);
-      load_q<BM, WG>(p, sQ, t, b, row0);
+      ld.pages(0, ka);
+      if (n > 1) ld.pages(1, kb);
+      load_q<BM, WG>(p, sQ, ld.t, b, row0);
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
         // a stage's group is refilled once its last reader has freed it (the uses alternate: that
@@ -278,8 +262,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
           load_group(a + 1, Const<3>{}, kb);
         }
-        if (a + 2 < n) pages_of(a + 2, ka);
-        if (a + 3 < n) pages_of(a + 3, kb);
+        if (a + 2 < n) ld.pages(a + 2, ka);
+        if (a + 3 < n) ld.pages(a + 3, kb);
       }
       cp_async_wait<0>();
     }
@@ -522,27 +506,15 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
     if (n > 0) {
-      const int t = tid - 2 * WG;
-      constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      using Pages = KeyPages<ROWS_T>;
-      const KeySource src = key_source(p, w, t, b);
-      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
+      const KeyLoader<BN, WG> ld(p, w, tid - 2 * WG, b);
+      const int t = ld.t;
+      using Pages = KeyLoader<BN, WG>::Pages;
       // tile `tile` part by part, each part's arrive completing its mbarrier once this thread's
       // copies so far (Q's too) have landed
       auto load_tile = [&](int tile, const Pages& k) {
-        const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) {
-            const __nv_bfloat16* row = key_ptr(src, k, i);
-            const bool in = key_in<WG>(w, tok0, t, i);
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const uint32_t dst = stage(tile) + tile_offset(BN, load_row<WG>(t, i), load_chunk(t, c));
-              if constexpr (runs(kSkipLoads)) cp_async16_in<TV_L2_PREFETCH>(dst, row + 64 * c, in);
-            }
-          }
+          ld.copy<TV_L2_PREFETCH, PART_BLOCKS>(stage(tile), tile, k, part * PART_BLOCKS);
           cp_async_mbar_arrive(full(tile, part));
         }
       };
@@ -569,17 +541,17 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         }
       };
       Pages k;
-      pages_of(0, k);
+      ld.pages(0, k);
       load_q<BM, WG>(p, sQ, t, b, row0);
       load_tile(0, k);
       if (n > 1) {
-        pages_of(1, k);
+        ld.pages(1, k);
         load_tile(1, k);
       }
       bits(0);  // (after both tiles' copies: tile 1's would wait for these loads)
       if (n > 1) bits(1);
       for (int j = 0; j + 2 < n; ++j) {
-        pages_of(j + 2, k);
+        ld.pages(j + 2, k);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
         // j + 2's mbarrier (or P_READY (j + 2)), which needs this load: the uses alternate
         trace(2, j + 2, kTop);

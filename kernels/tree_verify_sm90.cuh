@@ -1,7 +1,8 @@
 // Hopper (sm_90a) building blocks of tree_verify_wgmma.cu, tree_verify_seesaw.cu and
 // tree_verify_wide.cu: the 128-byte-swizzled tile layout that both cp.async writes and wgmma
 // reads, wgmma shared-memory descriptors, 16-byte cp.async tile loads and the loaders' key rows
-// (key_source, key_pages, key_ptr, key_in), mbarriers, named barriers, and the wgmma instructions.
+// (key_source, key_pages, key_ptr, key_in; KeyLoader, one loader thread of them), mbarriers, named
+// barriers, and the wgmma instructions.
 // The layout helpers are host-callable (TVG_HD): tests/cuda/wgmma_layout_check.cu checks them on a CPU.
 //
 // Tile layout: a tile of `rows` 576-wide bf16 token rows is 9 column blocks of 64 head dims; in a
@@ -296,6 +297,39 @@ template <int THREADS>
 __device__ __forceinline__ bool key_in(const tvc::SplitWork& w, int tok0, int t, int i) {
   return (THREADS / 8) * i < w.kv_len - tok0 - load_row<THREADS>(t, 0);
 }
+
+// One loader thread (t of WG) of a split's BN-key tiles: where its rows come from, each tile's
+// pages (read a load ahead), and its copies, each at the thread's first (row, chunk) plus a
+// compile-time step (rows WG / 8 apart keep their swizzle, column blocks are BN * 128 bytes apart)
+template <int BN, int WG>
+struct KeyLoader {
+  static constexpr int ROWS = BN / (WG / 8);  // rows of a tile per thread
+  using Pages = KeyPages<ROWS>;
+  const tv::VerifyParams& p;
+  const tvc::SplitWork& w;
+  const int t, b;
+  const KeySource src;
+  const uint32_t dst_t;
+  TVG_HD static constexpr uint32_t first(int t) { return tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0)); }
+  TVG_HD static constexpr uint32_t step(int i, int cb) { return (uint32_t)(i * (WG / 8) * 128 + cb * BN * 128); }
+  __device__ __forceinline__ KeyLoader(const tv::VerifyParams& p_, const tvc::SplitWork& w_, int t_, int b_)
+      : p(p_), w(w_), t(t_), b(b_), src(key_source(p_, w_, t_, b_)), dst_t(first(t_)) {}
+  __device__ __forceinline__ void pages(int tile, Pages& k) const { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); }
+  // column blocks cb0 .. cb0 + NB - 1 of this thread's rows of `tile` into the tile at `dst`
+  template <int PF, int NB>
+  __device__ __forceinline__ void copy(uint32_t dst, int tile, const Pages& k, int cb0) const {
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const __nv_bfloat16* row = key_ptr(src, k, i);
+      const bool in = key_in<WG>(w, (w.tile_begin + tile) * BN, t, i);
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const int cb = cb0 + j;
+        if constexpr (runs(kSkipLoads)) cp_async16_in<PF>(dst + dst_t + step(i, cb), row + 64 * cb, in);
+      }
+    }
+  }
+};
 
 // mbarriers (plain sm_90): init (one thread, then mbar_fence_init and a CTA barrier) and the
 // wait for phase `parity` to complete

@@ -171,29 +171,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
     // ------------------------------------------------ warpgroup 2: every load
     setmaxnreg_dec<LOAD_REGS>();
     if (n > 0) {
-      const int t = tid - 2 * WG;
-      constexpr int ROWS_T = BN / (WG / 8);  // 4 rows of a tile per thread
-      using Pages = KeyPages<ROWS_T>;
-      const KeySource src = key_source(p, w, t, b);
-      auto pages_of = [&](int tile, Pages& k) { key_pages<BN, WG>(p, w, (w.tile_begin + tile) * BN, t, b, k); };
-      // every copy at the thread's first (row, chunk) plus a compile-time step: rows WG / 8 apart
-      // keep their swizzle, column blocks are BN * 128 bytes apart
-      const uint32_t dst_t = tile_offset(BN, load_row<WG>(t, 0), load_chunk(t, 0));
+      const KeyLoader<BN, WG> ld(p, w, tid - 2 * WG, b);
+      using Pages = KeyLoader<BN, WG>::Pages;
       // tile `tile` in PARTS cp.async groups
       auto load_tile = [&](int tile, const Pages& k) {
-        const int tok0 = (w.tile_begin + tile) * BN;
 #pragma unroll
         for (int part = 0; part < PARTS; ++part) {
-#pragma unroll
-          for (int i = 0; i < ROWS_T; ++i) {
-            const __nv_bfloat16* row = key_ptr(src, k, i);
-            const bool in = key_in<WG>(w, tok0, t, i);
-#pragma unroll
-            for (int c = part * PART_BLOCKS; c < (part + 1) * PART_BLOCKS; ++c) {
-              const uint32_t dst = stage(tile) + dst_t + (uint32_t)(i * (WG / 8) * 128 + c * BN * 128);
-              if constexpr (runs(kSkipLoads)) cp_async16_in<0>(dst, row + 64 * c, in);
-            }
-          }
+          ld.copy<0, PART_BLOCKS>(stage(tile), tile, k, part * PART_BLOCKS);
           cp_async_commit();
         }
       };
@@ -201,12 +185,12 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // the tile's): its LANDED barrier completes once all 128 loader threads have arrived
       auto announce = [&](int tile, auto later) { announce_parts<decltype(later)::value>(landed(tile, 0), 2 * WG); };
       Pages k;
-      pages_of(0, k);  // (warpgroup 1 loads Q meanwhile)
+      ld.pages(0, k);  // (warpgroup 1 loads Q meanwhile)
       trace(2, 0, kFree);
       load_tile(0, k);
       trace(2, 0, kIssued);
       if (n > 1) {
-        pages_of(1, k);
+        ld.pages(1, k);
         trace(2, 1, kFree);
         load_tile(1, k);
         trace(2, 1, kIssued);
@@ -221,10 +205,10 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       // tile j + 2's page-table entries were read an iteration earlier, before the last tile's
       // copies landed: their latency is off the loader's loop
       Pages next;
-      if (n > 2) pages_of(2, next);
+      if (n > 2) ld.pages(2, next);
       for (int j = 0; j + 2 < n; ++j) {
         k = next;
-        if (j + 3 < n) pages_of(j + 3, next);
+        if (j + 3 < n) ld.pages(j + 3, next);
         trace(2, j + 2, kWaitFree);
         bar_sync(freed(j), NT);  // both math warpgroups are done with tile j: tile j + 2 goes there
         trace(2, j + 2, kFree);

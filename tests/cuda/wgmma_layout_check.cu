@@ -94,6 +94,18 @@ static void check_loads(uint32_t base) {
         }
 }
 
+// The Hopper loaders' copies (tvg::KeyLoader: the thread's first chunk plus a compile-time step)
+// land where check_loads' assignment puts them.
+template <int ROWS, int THREADS>
+static void check_loader_steps() {
+  using L = tvg::KeyLoader<ROWS, THREADS>;
+  for (int t = 0; t < THREADS; ++t)
+    for (int i = 0; i < L::ROWS; ++i)
+      for (int c = 0; c < NB; ++c)
+        expect(L::first(t) + L::step(i, c) == tile_offset(ROWS, tvg::load_row<THREADS>(t, i), load_chunk(t, c)),
+               "loader copy at its first chunk plus the step", ROWS, t, i, c);
+}
+
 // The partial-S exchange (tree_verify_common.cuh): each float2 store/load of a half-warp
 // (lanes g = 0..3 or 4..7, t4 = 0..3; rows g or g + 8 of a warp's 16) touches 32 distinct banks.
 static void check_exchange_banks() {
@@ -121,6 +133,7 @@ template <class W>
 static void check_seesaw(int p_buffers, uint32_t p_buf_bytes) {
   const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + (W::STAGES - 1) * W::TILE_B;
   check_loads<W::BN, W::WG>(k_base);         // a key tile, by one warpgroup
+  check_loader_steps<W::BN, W::WG>();
   check_loads<W::BM, W::Q_THREADS>(q_base);  // Q, by the loader warpgroup
   for (int ks = 0; ks < W::KSTEPS; ++ks) {
     const uint64_t da = tvg::kstep_desc(q_base, W::BM, ks), db = tvg::kstep_desc(k_base, W::BN, ks);
@@ -192,6 +205,7 @@ static void check_wide() {
   expect(sizeof(Smem) == 232448 && offsetof(Smem, stage) == (size_t)Q_B, "wide: Q and two stages fill 227 KB", (int)sizeof(Smem), 0, 0, 0);
   expect(STAGE_B % 1024 == 0 && pt_buf(k_base) + PT_B == k_base + STAGE_B, "wide: P^T ends where the stage does", STAGE_B, 0, 0, 0);
   check_loads<BN, WG>(k_base);  // a key tile, by the loader warpgroup
+  check_loader_steps<BN, WG>();
   std::vector<int> q_seen(NQ * 72, 0);
   for (int idx = 0; idx < NQ * 72; ++idx) {  // Q, by the loader's 128 threads in the kernel's order
     const int r = idx / 72, chunk = idx % 72;
