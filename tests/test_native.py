@@ -426,6 +426,15 @@ def test_ratios_tool_pools_each_sides_timings(tmp_path):
     assert res.returncode == 1 and res.stderr.strip() == "ratios: the two sides share no shape"
 
 
+def test_timeline_tool_takes_shapes_and_refuses_malformed_ones():
+    """tools/kernel_timeline/timeline.py: SHAPES as CTXxHEADSxNODES, a one-line error for any other form."""
+    tool = _tool("kernel_timeline", "timeline.py")
+    assert tool.parse_shapes("32768x8x257,185000X128x65") == [(32768, 8, 257), (185000, 128, 65)]
+    for bad in ("32768x8", "1x2x3x4", "ax8x9", "32768x8x9,"):
+        with pytest.raises(SystemExit, match="timeline: SHAPES is CTXxHEADSxNODES"):
+            tool.parse_shapes(bad)
+
+
 def _median_times(runs: dict, *keys: str) -> dict:
     import statistics
 

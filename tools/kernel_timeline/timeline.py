@@ -3,8 +3,8 @@ size 1: partial kernel, then merge) and FlashMLA's prefix call (page size 64: sp
 its combine). 12 calls per shape, a 256 MB L2 flush before each, rotated inputs.
 
 Usage (on the GPU, FlashMLA's wheel importable): python tools/kernel_timeline/timeline.py OUT.json
-[IMPLS], IMPLS the peers bench's names, comma-separated (default native,flashmla; native:KERNEL
-for one kernel, e.g. native:wgmma_wide).
+[IMPLS [SHAPES]], IMPLS the peers bench's names, comma-separated (default native,flashmla;
+native:KERNEL for one kernel, e.g. native:wgmma_wide), SHAPES "CTXxHEADSxNODES,..." (default SHAPES below).
 Recorded: data/history/kernel_timeline_h200.json (docs/kernel_notes.md, nineteenth session).
 """
 
@@ -47,13 +47,23 @@ def timeline(calls, flush):
     return [[[e["name"][:60], round(e["ts"] - c[0]["ts"], 2), round(e["dur"], 2)] for e in c] for c in out if c]
 
 
-def main(path, impls=("native", "flashmla")):
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    try:
+        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in text.split(",")]
+        if any(len(s) != 3 for s in shapes):
+            raise ValueError
+        return shapes
+    except ValueError:
+        raise SystemExit(f"timeline: SHAPES is CTXxHEADSxNODES,..., e.g. 32768x8x257, got {text!r}") from None
+
+
+def main(path, impls=("native", "flashmla"), shapes=SHAPES):
     for impl in impls:
         peer_page_size(impl)  # an unknown name fails here, before any GPU work
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     res = {}
-    for ctx, h, t in SHAPES:
+    for ctx, h, t in shapes:
         row = {}
         for impl in impls:  # the peers bench's calls, at its page sizes
             rot = Rotation(ctx, peer_page_size(impl), t, h, l2, seed=ctx + h + t)
@@ -66,4 +76,7 @@ def main(path, impls=("native", "flashmla")):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], *([tuple(sys.argv[2].split(","))] if len(sys.argv) > 2 else []))
+    if not 2 <= len(sys.argv) <= 4:
+        raise SystemExit(__doc__.split("\n\n")[1])
+    impls = tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else ("native", "flashmla")
+    main(sys.argv[1], impls, parse_shapes(sys.argv[3]) if len(sys.argv) > 3 else SHAPES)

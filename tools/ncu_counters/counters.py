@@ -21,6 +21,7 @@ METRICS = (
     "smsp__inst_executed.sum",
     "smsp__inst_executed_op_ldgsts.sum",
     "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
