@@ -216,28 +216,16 @@ __device__ __forceinline__ float score_exp2(float x) {
   }
 }
 
-// Row r's scores -> exp2(s - m_use) in place; returns this thread's share of their sum.
-template <int BN, bool FAST = false>
-__device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use) {
+// Row r's scores -> exp2(s - m_use) in place, or with a scale exp2(s * scale - m_use) (one FFMA
+// and the exponent each; m_use in the scaled units); returns this thread's share of their sum.
+template <int BN, bool FAST = false, bool SCALED = false>
+__device__ __forceinline__ float exp2_row(float (&s)[BN / 2], int r, float m_use, float scale = 1.f) {
+  const auto arg = [&](float x) { return SCALED ? fmaf(x, scale, -m_use) : x - m_use; };
   float sum = 0.f;
 #pragma unroll
   for (int nt = 0; nt < BN / 8; ++nt) {
-    s[4 * nt + 2 * r] = score_exp2<FAST>(s[4 * nt + 2 * r] - m_use);
-    s[4 * nt + 2 * r + 1] = score_exp2<FAST>(s[4 * nt + 2 * r + 1] - m_use);
-    sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-  }
-  return sum;
-}
-
-// exp2_row of unscaled scores: s = exp2(s * scale - m_use) (one FFMA and the exponent each;
-// m_use is in the scaled units)
-template <int BN, bool FAST = false>
-__device__ __forceinline__ float exp2_row_scaled(float (&s)[BN / 2], int r, float m_use, float scale) {
-  float sum = 0.f;
-#pragma unroll
-  for (int nt = 0; nt < BN / 8; ++nt) {
-    s[4 * nt + 2 * r] = score_exp2<FAST>(fmaf(s[4 * nt + 2 * r], scale, -m_use));
-    s[4 * nt + 2 * r + 1] = score_exp2<FAST>(fmaf(s[4 * nt + 2 * r + 1], scale, -m_use));
+    s[4 * nt + 2 * r] = score_exp2<FAST>(arg(s[4 * nt + 2 * r]));
+    s[4 * nt + 2 * r + 1] = score_exp2<FAST>(arg(s[4 * nt + 2 * r + 1]));
     sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
   }
   return sum;

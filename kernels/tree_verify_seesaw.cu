@@ -331,7 +331,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     };
     auto row_exp = [&](int r, float m) {
       if constexpr (!runs(kSkipSoftmax)) return 0.f;
-      return tvc::exp2_row_scaled<BN, FAST_EXP>(s, r, m, p.scale_log2);
+      return tvc::exp2_row<BN, FAST_EXP, true>(s, r, m, p.scale_log2);
     };
     auto factor = [&](float m_old, float m_new) { return runs(kSkipSoftmax) ? max_factor(m_old, m_new) : 1.f; };
     auto rescale_o = [&](const float (&f)[2]) {
