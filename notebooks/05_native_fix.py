@@ -287,6 +287,19 @@ shapes.widget()
 # than page size 1 there: that gap is in the kernel's pipeline, not in the page-size-1 gather.
 
 # %% [markdown]
+# **Is the gap per key, or paid once per call?** A line through each shape's times from 32k splits
+# them into a cost per 1,024 keys (the loop) and a cost at zero keys (what a call does once: its
+# launches, first and last tiles, the tree block, the merge). Suspect peer times are left out; a
+# negative fixed cost says the time grows faster than the context (the clock falls on long
+# compute-bound calls):
+
+# %%
+fits = analysis.context_fits(ptab).pivot_table(
+    index=["heads", "nodes"], columns="impl", values=["us_per_1k_keys", "fixed_us"]
+)
+print(fits.round(1).to_string())
+
+# %% [markdown]
 # **Can a page-size-1 kernel meet the first target at >= 2,000 query rows?** The best one measured
 # here, FlashMLA's sparse prefill (the whole verify from single-token gathers, a `cp.async` loader
 # like ours), beside ours and FlashMLA's dense decode in one run at 128 heads x 65 nodes (recorded,

@@ -269,6 +269,26 @@ def test_targets_name_the_peer_times_that_fall_as_the_context_grows():
     assert "suspect" not in analysis.peer_targets(t)[0]["measured"]
 
 
+def test_context_fits_split_each_time_into_per_key_and_fixed_cost():
+    """Times on a line through the contexts from 32k give that line back (us per 1,024 keys, us at
+    zero keys); a suspect peer time (slower than at a longer context) and shorter contexts are left
+    out, and a shape left with one context is skipped."""
+    rows = []
+    for c in (4096, 32768, 65536, 131072):
+        rows += [
+            dict(impl="native", context=c, heads=8, nodes=257, ms=(60 + 6.8 * c / 1024) / 1e3, floor_ms=0.01),
+            dict(impl="flashmla", context=c, heads=8, nodes=257, ms=(7 + 6.5 * c / 1024) / 1e3, floor_ms=0.01),
+        ]
+    rows[0]["ms"] = 1.0  # ours at 4k, off the line: below 32k, left out
+    rows[3]["ms"] = 1.0  # FlashMLA at 32k, slower than at 65k: suspect, left out
+    rows += [dict(impl=i, context=185000, heads=64, nodes=65, ms=2.0, floor_ms=0.01) for i in ("native", "flashmla")]
+    f = analysis.context_fits(analysis.peer_table(pd.DataFrame(rows))).set_index("impl")
+    assert list(f.index) == ["native", "flashmla"]  # the 64 x 65 shape has one context: skipped
+    assert f.loc["native", ["us_per_1k_keys", "fixed_us"]].tolist() == pytest.approx([6.8, 60])
+    assert f.loc["flashmla", ["us_per_1k_keys", "fixed_us"]].tolist() == pytest.approx([6.5, 7])
+    assert f.loc["native", "contexts"] == 3 and f.loc["flashmla", "contexts"] == 2
+
+
 def test_peers_native_rows_are_what_auto_runs_now():
     import pandas as pd
 

@@ -20,6 +20,7 @@ __all__ = [
     "peer_table",
     "peer_targets",
     "slower_than_longer",
+    "context_fits",
     "targets_by_recording",
     "results_markdown",
     "variant_table",
@@ -196,6 +197,28 @@ def slower_than_longer(table, impl: str = "flashmla") -> list[tuple[int, int, in
         ms, ctx = g[impl].tolist(), g.context.tolist()
         out += [(ctx[i], h, n) for i in range(len(ms) - 1) if ms[i] > ms[i + 1]]
     return sorted(out)
+
+
+def context_fits(table, impls=("native", "flashmla"), min_context: int = 32768):
+    """Per (heads, nodes) and impl: a least-squares line through its times against the context from
+    ``min_context`` on, as microseconds per 1,024 keys (the per-key cost) and at zero keys (the
+    fixed cost: launches, first and last tiles, the tree block, the merge), leaving out the shapes
+    ``slower_than_longer`` names for that impl. A shape with fewer than two contexts left is skipped.
+    A negative fixed cost says the time grows faster than the context (on long compute-bound calls
+    the clock falls)."""
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for impl in (i for i in impls if i in table):
+        odd = set(slower_than_longer(table, impl))
+        for (h, n), g in table[table.context >= min_context].groupby(["heads", "nodes"]):
+            g = g[np.array([(c, h, n) not in odd for c in g.context], dtype=bool) & g[impl].notna().to_numpy()]
+            if g.context.nunique() < 2:
+                continue
+            slope, fixed = np.polyfit(g.context / 1024, g[impl] * 1e3, 1)
+            rows.append(dict(heads=h, nodes=n, impl=impl, us_per_1k_keys=slope, fixed_us=fixed, contexts=len(g)))
+    return pd.DataFrame(rows)
 
 
 def peer_targets(table, targets: dict = PEER_TARGETS) -> list[dict]:
