@@ -206,6 +206,22 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
     assert copies(kernels.sass(spec.source)) == (0, tiles + q)
 
 
+@pytest.mark.sass
+def test_pair_schedule_switches_build_clean_and_change_what_they_name():
+    """TV_P_STSM=1 stores P with stmatrix (4 a tile at each of the two store sites, no STSM in the
+    default build); TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V: both build without
+    spills or serialised wgmma, and each differs from the default build."""
+    spec = KERNELS["wgmma_seesaw"]
+    default = kernels.sass(spec.source)
+    for name in ("TV_P_STSM", "TV_PV_FIRST"):
+        f = kernels.nvcc_check(spec.source, defines={name: 1})[spec.entry]
+        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, name
+        listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))
+        assert [x for _, x in listing] != [x for _, x in kernels.sass_instructions(default)], name
+    stsm = kernels.sass(spec.source, defines={"TV_P_STSM": 1})
+    assert stsm.count("STSM.16.M88.4") == 8 and "STSM" not in default
+
+
 @pytest.mark.gpu
 def test_trace_and_variants_on_the_gpu():
     """The traced build's output is its schedule's (tiles in turns, TV_PAIR=0) bit for bit, and
