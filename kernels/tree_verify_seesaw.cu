@@ -248,6 +248,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
       auto load_group = [&](int tile, auto sg_c, const Pages& k) {
         constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
+        static_assert(group_block(S, GR, 1) == group_block(S, GR, 0) + 1, "a group's column blocks are consecutive");
         ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
         cp_async_mbar_arrive(full(tile, GR));
       };
