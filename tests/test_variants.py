@@ -21,7 +21,7 @@ from specdiag.bench.trace import (
     wide_clock,
     wide_intervals,
 )
-from specdiag.bench.variants import parse_variants
+from specdiag.bench.variants import parse_shapes, parse_variants
 
 
 def test_check_switches_names_the_kernels_own_defines_only():
@@ -40,6 +40,15 @@ def test_parse_variants():
     for bad in ("", ";", "TV_A", "TV_A=x", "1A=2", "TV_A=1,=2"):
         with pytest.raises(ValueError):
             parse_variants(bad)
+
+
+def test_parse_shapes():
+    """The one parser of CONTEXTxHEADSxNODES lists (bench --shapes, the stalls launcher, the ncu and
+    timeline tools): three integers each, one line of error otherwise."""
+    assert parse_shapes("32768x8x257,185000X128x65") == [(32768, 8, 257), (185000, 128, 65)]
+    for bad in ("", "32768x8", "1x2x3x4", "ax8x9", "32768x8x9,"):
+        with pytest.raises(ValueError, match="each shape is CONTEXTxHEADSxNODES"):
+            parse_shapes(bad)
 
 
 def test_seesaw_trace_refuses_the_pair_schedule():

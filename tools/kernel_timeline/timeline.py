@@ -15,6 +15,7 @@ import tempfile
 
 import torch
 
+from specdiag.bench import variants
 from specdiag.bench.peers import peer_calls, peer_page_size
 from specdiag.bench.timing import Rotation
 
@@ -49,10 +50,7 @@ def timeline(calls, flush):
 
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     try:
-        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in text.split(",")]
-        if any(len(s) != 3 for s in shapes):
-            raise ValueError
-        return shapes
+        return variants.parse_shapes(text)
     except ValueError:
         raise SystemExit(f"timeline: SHAPES is CTXxHEADSxNODES,..., e.g. 32768x8x257, got {text!r}") from None
 

@@ -51,11 +51,13 @@ def parse_impl(text: str) -> tuple[str, dict[str, int]]:
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
+    from specdiag.bench.variants import parse_shapes
+
     try:
-        ctx, heads, nodes = (int(x) for x in text.lower().split("x"))
+        (shape,) = parse_shapes(text)
     except ValueError:
         raise SystemExit(f"counters: a shape is CTXxHEADSxNODES, e.g. 32768x128x65, got {text!r}") from None
-    return ctx, heads, nodes
+    return shape
 
 
 def launch(shape: str, impl_text: str) -> None:

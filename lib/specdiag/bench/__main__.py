@@ -74,19 +74,18 @@ def main(argv=None) -> int:
     kernel = trace_impl(a.impl) if a.mode == "trace" else "wgmma_seesaw" if a.impl == "auto" else a.impl
     variants = []
     if a.mode in ("variants", "trace", "stalls", "ablate") or (a.mode == "check" and a.defines.strip()):
-        from .variants import parse_variants
+        from .variants import parse_shapes, parse_variants
 
         try:
             variants = parse_variants(a.defines) if a.mode == "variants" or a.defines.strip() else []
             page_sizes = tuple(int(x) for x in a.page_sizes.split(","))
-            shapes = (
-                tuple(tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",")) if a.shapes else None
-            )
         except ValueError as e:
-            print(f"bad --defines, --page-sizes or --shapes: {e}", file=sys.stderr)
+            print(f"bad --defines or --page-sizes: {e}", file=sys.stderr)
             return 2
-        if shapes and any(len(s) != 3 for s in shapes):
-            print("bad --shapes: each is CONTEXTxHEADSxNODES, e.g. 185000x8x9", file=sys.stderr)
+        try:
+            shapes = tuple(parse_shapes(a.shapes)) if a.shapes else None
+        except ValueError as e:
+            print(f"bad --shapes: {e}", file=sys.stderr)
             return 2
         if a.mode == "ablate" and not KERNELS[kernel].ablations:
             print(

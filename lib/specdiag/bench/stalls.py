@@ -194,7 +194,9 @@ def profile(shapes=STALL_SHAPES, timeout: float = 600.0, impl: str = "wgmma_sees
 
 if __name__ == "__main__":
     if len(sys.argv) in (3, 4) and sys.argv[1] == "--launch" and (len(sys.argv) == 3 or sys.argv[3] in STALL_IMPLS):
-        launch([tuple(int(v) for v in s.split("x")) for s in sys.argv[2].split(",")], *sys.argv[3:])
+        from .variants import parse_shapes
+
+        launch(parse_shapes(sys.argv[2]), *sys.argv[3:])
     else:
         impls = "|".join(STALL_IMPLS)
         print(f"usage: python -m specdiag.bench.stalls --launch CTXxHEADSxNODES[,...] [{impls}]", file=sys.stderr)

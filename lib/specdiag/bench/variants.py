@@ -11,7 +11,15 @@ from ..attention import peers
 from ..attention.registry import KERNELS
 from ..cost import SOFTMAX_SCALE, attention_cost, rates
 
-__all__ = ["parse_variants", "check_switches", "IDENTITY_CASES", "VARIANT_SHAPES", "identity", "time_variants"]
+__all__ = [
+    "parse_variants",
+    "parse_shapes",
+    "check_switches",
+    "IDENTITY_CASES",
+    "VARIANT_SHAPES",
+    "identity",
+    "time_variants",
+]
 
 # (prefix lengths, nodes, heads, page size): ragged batches, empty and partial tiles, odd pages
 IDENTITY_CASES = (
@@ -40,6 +48,18 @@ def parse_variants(text: str) -> list[dict[str, int]]:
     if not out:
         raise ValueError("no variants given (e.g. 'TV_SKIP=1;TV_SKIP=2')")
     return out
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'32768x8x257,185000x128x65' -> [(32768, 8, 257), (185000, 128, 65)]; one line of error
+    for anything else."""
+    try:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 3 for s in shapes):
+        raise ValueError(f"each shape is CONTEXTxHEADSxNODES, e.g. 185000x8x9, got {text!r}")
+    return shapes
 
 
 def check_switches(impl: str, variants: list[dict]) -> None:
