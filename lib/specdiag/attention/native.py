@@ -124,7 +124,7 @@ class NativeTreeVerify:
         max_prefix = int(x.prefix_lens.max())
         self.spec = KERNELS[resolve_impl(impl, dev, max_prefix=max_prefix, rows=t * h)]
         self.defines = build_defines(x.kv_pool.shape[1], defines)
-        if defines:  # a -D variant may change the tile or shared memory: plan with what it exports
+        if self.defines:  # a -D build may change the tile or shared memory: plan with what it exports
             cfg = kernels.module_config(self.spec, dev.index, self.defines)
             self.spec = dataclasses.replace(
                 self.spec,
