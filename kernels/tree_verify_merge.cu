@@ -9,11 +9,14 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#include "tree_verify_merge.cuh"
+#include "tree_verify_params.cuh"
 
 namespace tvmerge {
 
 constexpr int MERGE_THREADS = 128, MERGE_SMEM_SPLITS = 1024, MERGE_UNROLL = 8;
+
+// max that keeps a NaN (fmaxf drops it): a NaN partial must reach the output, not be merged away.
+__device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) {
@@ -87,12 +90,12 @@ __device__ __forceinline__ void merge(const tv::VerifyParams& p) {
     }
   }
   if (group == 0) {
-    const float inv = merged_inv(sum);
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
     __nv_bfloat16* dst = p.out + ((size_t)b * R + r) * tv::DV + d;
     *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     *reinterpret_cast<__nv_bfloat162*>(dst + 2) = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
   }
-  if (blockIdx.z == 0 && tid == 0) p.lse[(size_t)b * R + r] = merged_lse(mx, sum);
+  if (blockIdx.z == 0 && tid == 0) p.lse[(size_t)b * R + r] = sum == 0.f ? -INFINITY : mx + logf(sum);
 }
 
 }  // namespace tvmerge

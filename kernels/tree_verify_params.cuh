@@ -32,8 +32,6 @@ struct VerifyParams {
   int tree_tiles_per_split;      // key tiles per tree split
   int NS;                        // splits in all
   float scale_log2;              // softmax scale * log2(e)
-  int* tile_done;                // [B, m_tiles] int32, 0 between calls: split CTAs of each row tile done
-                                 //   (builds that merge in their epilogue, tree_verify_merge.cuh; else unused)
 };
 
 }  // namespace tv

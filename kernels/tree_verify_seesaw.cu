@@ -23,12 +23,10 @@
 // CTA, tvsee::Event; specdiag.bench.trace) and TV_TREE_BITS=1 (tree tiles masked from bits the
 // loader writes, handed over on named barrier VIS of the stage).
 // TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations of either: results wrong by design.
-// TV_FUSED_MERGE=1: the last split CTA of each row tile merges it (tree_verify_merge.cuh; no merge launch).
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "tree_verify_common.cuh"
-#include "tree_verify_merge.cuh"
 #include "tree_verify_sm90.cuh"
 
 #ifndef TV_TREE_BITS
@@ -103,7 +101,6 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   PairP<TV_PAIR != 0> pair;       // the pair schedule only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
-static_assert(tvmerge::fused_merge_scratch_floats<BM>() * sizeof(float) <= sizeof(Smem::stage), "the fused merge's weights fit the stages");
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
@@ -188,8 +185,6 @@ __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, 
   l_r[0] += other[0];
   l_r[1] += other[8];
   tvc::write_partial_rows(p, o, m_r, l_r, b, split, row0 + wr, g, t4, c * VH, c == 0);
-  if constexpr (TV_FUSED_MERGE)  // (the stages are free: both loops are done)
-    tvmerge::merge_if_last<2 * WG, BM, kBarMath>(p, b, row0, threadIdx.x, reinterpret_cast<float*>(sm.stage));
 }
 
 // ---- TV_PAIR=1: the pair schedule (FlashMLA's SM90 order; our own code, the fifteenth session's
@@ -742,5 +737,4 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
 
 #ifndef TV_LAYOUT_ONLY
 TV_DEFINE_PARTIAL_KERNEL(tvsee, tree_verify_partial_seesaw)
-TV_EXPORT_FUSED_MERGE(TV_FUSED_MERGE)
 #endif  // TV_LAYOUT_ONLY

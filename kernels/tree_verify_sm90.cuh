@@ -170,7 +170,7 @@ enum NamedBarrier : int {
   kBarEmpty1 = 2,  // seesaw: stage 1 free
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
-  kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange and fused merge
+  kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
   kBarVis0 = 6,    // seesaw, tree splits: a stage-0 tile's visible-key bits out (loader -> math warpgroup 0)
   kBarVis1 = 7,    // seesaw, tree splits: the same for stage 1 (loader -> math warpgroup 1)
   kBarPairMax0 = 8,    // seesaw, TV_PAIR: warpgroup 0's max after its tile of the pair

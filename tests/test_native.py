@@ -954,30 +954,6 @@ def test_one_token_page_build_is_checked_against_the_pool(default_on, monkeypatc
 
 
 @pytest.mark.sass
-def test_fused_merge_build_says_so_and_leaves_the_default_alone():
-    """TV_FUSED_MERGE=1 (kernels/tree_verify_merge.cuh: the last split CTA of each row tile merges
-    it, counted in tv::VerifyParams::tile_done) builds both seesaw schedules without spills or a
-    serialised wgmma pipeline, exports tv_fused_merge = 1 for the host (the default build 0, a kernel
-    without the merge none), and only that build holds the count and its L2 reads."""
-    from specdiag.attention import native
-
-    spec = KERNELS["wgmma_seesaw"]
-    fused = {"TV_FUSED_MERGE": 1}
-    for d in (fused, {**fused, "TV_PAIR": 0}):
-        f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
-        assert not f.spills and not f.wgmma_serialized and f.stack_frame <= 16, (d, f)
-    export = re.compile(r"\.u32 tv_fused_merge( = \d+)?;")
-    assert export.search(kernels.ptx(spec.source, defines=fused)).group(1) == " = 1"
-    assert export.search(kernels.ptx(spec.source)).group(1) is None  # (0: zero-initialised)
-    assert not export.search(kernels.ptx(KERNELS["wgmma"].source, defines=fused))
-    on, off = kernels.sass(spec.source, defines=fused), kernels.sass(spec.source)
-    for op in ("ATOMG.E.ADD", "ATOMG.E.EXCH", "BAR.RED.OR", "LDG.E.128.STRONG.GPU"):
-        assert op in on and op not in off, op
-    header = kernels.kernel_source("tree_verify_merge")
-    assert f"FUSED_MERGE_MAX_SPLITS = {native.FUSED_MERGE_MAX_SPLITS};" in header
-
-
-@pytest.mark.sass
 def test_seesaw_schedules_pair_by_default_turns_apart():
     """The seesaw kernel's default build is the pair schedule (FlashMLA's order; docs/kernel_notes.md,
     thirty-third session): registers 224 / 56, all of sm_90's 227 KB (P of a pair's odd tile in a
@@ -1105,35 +1081,6 @@ def test_one_token_page_build_returns_the_run_time_builds_bits(impl):
     assert torch.equal(o1, o0) and torch.equal(l1, l0)
     with pytest.raises(ValueError, match="TV_PAGE_SIZE=64, but kv_pool's pages hold 1 tokens"):
         NativeTreeVerify(**x, scale=SCALE, impl=impl, defines={"TV_PAGE_SIZE": 64})
-
-
-@pytest.mark.gpu
-def test_fused_merge_matches_float64_and_the_merge_kernel():
-    """The seesaw build that merges in its epilogue (TV_FUSED_MERGE=1, no merge launch) passes the
-    float64 checks with poisoned buffers, returns what the merge kernel returns (up to the order of
-    the sums: 2 bf16 steps, 1e-5 in lse) at one and many splits, call after call (its last CTA sets
-    each count back to 0), and a kernel without the merge is refused rather than left unmerged."""
-    from specdiag.bench.checks import check_native, passed
-
-    _needs_sm90("wgmma_seesaw")
-    fused = {"TV_FUSED_MERGE": 1}
-    for r in check_native(seed=int(torch.randint(0, 10_000, (1,))), impl="wgmma_seesaw", defines=fused):
-        assert passed(r), r
-    x, _ = make_verify_inputs([5000, 0, 777], nodes=17, heads=8, page_size=1, seed=3, device="cuda")
-    for splits in (None, 1, 24):
-        op = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", prefix_splits=splits, defines=fused)
-        assert op.fused_merge and len(op._launches) == 1
-        ref_o, ref_l = (
-            t.clone() for t in NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", prefix_splits=splits).run()
-        )
-        for _ in range(3):
-            op.out.fill_(float("nan"))
-            o, l = op.run()
-            assert float((o.float() - ref_o.float()).abs().max()) <= 2**-7 * float(ref_o.float().abs().max())
-            assert torch.allclose(l, ref_l, rtol=0, atol=1e-5)
-            assert not op.tile_done.any()
-    with pytest.raises(ValueError, match="tree_verify_wgmma.cu does not merge in its epilogue"):
-        NativeTreeVerify(**x, scale=SCALE, impl="wgmma", defines=fused)
 
 
 @pytest.mark.gpu

@@ -39,7 +39,6 @@ __all__ = [
     "sass",
     "sass_instructions",
     "opcode",
-    "ptx",
     "ptx_config",
     "module_config",
     "PtxasFunction",
@@ -299,18 +298,14 @@ class KernelConfig:
 _PTX_CONFIG = re.compile(r"tv_config\[16\]\s*=\s*\{([\d,\s]*)\}")
 
 
-def ptx(name: str, arch: str | None = None, defines: Mapping[str, int] | None = None) -> str:
-    """``kernels/<name>.cu``'s PTX for ``arch`` (default: ``kernel_arch``) with ``defines`` (nvcc, no GPU)."""
-    with tempfile.TemporaryDirectory() as td:
-        _compile(name, arch, None, "ptx", td, defines=defines)
-        return (Path(td) / "k.ptx").read_text()
-
-
 def ptx_config(name: str, arch: str | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
     """The launch shape ``kernels/<name>.cu`` exports, read from its PTX (nvcc, no GPU)."""
     import struct
 
-    m = _PTX_CONFIG.search(ptx(name, arch, defines))
+    with tempfile.TemporaryDirectory() as td:
+        _compile(name, arch, None, "ptx", td, defines=defines)
+        ptx = (Path(td) / "k.ptx").read_text()
+    m = _PTX_CONFIG.search(ptx)
     if not m:
         raise RuntimeError(f"{name}.cu exports no tv_config (TV_EXPORT_CONFIG)")
     raw = bytes(int(v) for v in m.group(1).replace(" ", "").split(",") if v)
@@ -401,7 +396,6 @@ def load_module(name: str, device_index: int | None = None, defines: Mapping[str
 class LoadedKernel:
     function: object  # pycuda Function
     config: KernelConfig
-    fused_merge: bool = False  # the build merges the splits in its epilogue (exports tv_fused_merge = 1)
 
     @property
     def smem_bytes(self) -> int:
@@ -426,21 +420,6 @@ def _exported_config(mod, source: str) -> KernelConfig:
     return KernelConfig(*map(int, cfg))
 
 
-def _exported_fused_merge(mod) -> bool:
-    """Whether a loaded module's build merges in its epilogue (``tv_fused_merge``; a module that
-    never merges exports none)."""
-    import numpy as np
-    import pycuda.driver as cuda
-
-    try:
-        ptr, _ = mod.get_global("tv_fused_merge")
-    except cuda.Error:  # (no such symbol)
-        return False
-    flag = np.empty(1, dtype=np.int32)
-    cuda.memcpy_dtoh(flag, ptr)
-    return bool(flag[0])
-
-
 def module_config(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
     """The launch shape that a registry row's module, built with the row's ``defines`` and then
     ``defines``, exports on a torch device (not checked: a variant may change it)."""
@@ -451,9 +430,7 @@ def load_kernel(spec, device_index: int | None = None, defines: Mapping[str, int
     """A registry row's entry point on a torch device (built with the row's ``defines``, then
     ``defines``), with the launch shape its module exports (checked against the row)."""
     mod = _spec_module(spec, device_index, defines)
-    return LoadedKernel(
-        mod.get_function(spec.entry), _exported_config(mod, spec.source).check(spec), _exported_fused_merge(mod)
-    )
+    return LoadedKernel(mod.get_function(spec.entry), _exported_config(mod, spec.source).check(spec))
 
 
 class PreparedLaunch:

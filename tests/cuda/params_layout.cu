@@ -30,7 +30,6 @@ int main() {
   FIELD(tree_tiles_per_split);
   FIELD(NS);
   FIELD(scale_log2);
-  FIELD(tile_done);
   std::printf("sizeof %zu\n", sizeof(tv::VerifyParams));
   return 0;
 }

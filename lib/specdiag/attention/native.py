@@ -42,7 +42,6 @@ class VerifyParams(ctypes.Structure):
         ("tree_tiles_per_split", _I32),
         ("NS", _I32),
         ("scale_log2", ctypes.c_float),
-        ("tile_done", _PTR),
     ]
 
 
@@ -54,10 +53,6 @@ def page_divider(page_size: int) -> tuple[int, int]:
     shift = (page_size - 1).bit_length()  # ceil(log2 page_size)
     return ((1 << 32) * ((1 << shift) - page_size)) // page_size + 1, shift
 
-
-# The most splits a build that merges in its epilogue takes (tvmerge::FUSED_MERGE_MAX_SPLITS,
-# kernels/tree_verify_merge.cuh: its weights live in the CTA's shared memory)
-FUSED_MERGE_MAX_SPLITS = 512
 
 # Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: not until a GPU has
 # timed it beside the run-time page size's build (docs/kernel_notes.md, thirty-sixth session)
@@ -101,8 +96,7 @@ class NativeTreeVerify:
     buffers reused by the next ``run()``. ``impl``: a ``registry.KERNELS`` name or ``"auto"``;
     ``prefix_splits`` overrides the plan's split count; ``defines`` are compile-time switches of
     the kernel source (the stage ablations' ``TV_SKIP``; ``TV_PAGE_SIZE=1`` for a pool of one-token
-    pages; ``TV_FUSED_MERGE=1``: the seesaw kernel merges the splits itself, no merge launch),
-    checked by ``build_defines``; ``self.defines`` is what the partial kernel was built with.
+    pages), checked by ``build_defines``; ``self.defines`` is what the partial kernel was built with.
     """
 
     def __init__(
@@ -165,17 +159,6 @@ class NativeTreeVerify:
         self.lse_part = torch.empty(b, plan.splits, t * h, device=dev, dtype=torch.float32)
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
-        with torch.cuda.device(dev):
-            partial = kernels.load_kernel(self.spec, dev.index, self.defines)
-            merge = None if partial.fused_merge else kernels.load_kernel(MERGE, dev.index)
-        if self.defines.get("TV_FUSED_MERGE", 0) and not partial.fused_merge:
-            raise ValueError(f"TV_FUSED_MERGE: kernels/{self.spec.source}.cu does not merge in its epilogue")
-        if partial.fused_merge and plan.splits > FUSED_MERGE_MAX_SPLITS:
-            raise ValueError(f"TV_FUSED_MERGE: {plan.splits} splits, the fused merge takes {FUSED_MERGE_MAX_SPLITS}")
-        # the fused build: the last split CTA of each row tile merges it (counts in tile_done, which
-        # that CTA sets back to 0), and no merge is launched
-        self.fused_merge = partial.fused_merge
-        self.tile_done = torch.zeros(b, plan.m_tiles, device=dev, dtype=torch.int32) if self.fused_merge else None
         q_, pool, pt, lens, tkv, mask = self._keep
         magic, shift = page_divider(pool.shape[1])
         self.params = VerifyParams(
@@ -197,10 +180,12 @@ class NativeTreeVerify:
             tree_tiles_per_split=plan.tree_tiles_per_split,
             NS=plan.splits,
             scale_log2=scale * math.log2(math.e),
-            tile_done=None if self.tile_done is None else self.tile_done.data_ptr(),
         )
         packed = bytes(self.params)
-        launches = [
+        with torch.cuda.device(dev):
+            partial = kernels.load_kernel(self.spec, dev.index, self.defines)
+            merge = kernels.load_kernel(MERGE, dev.index)
+        self._launches = (
             kernels.PreparedLaunch(
                 partial.function,
                 (plan.m_tiles, plan.splits, b),
@@ -208,19 +193,15 @@ class NativeTreeVerify:
                 packed,
                 shared=partial.smem_bytes,
                 device_index=dev.index,
-            )
-        ]
-        if merge is not None:
-            launches.append(
-                kernels.PreparedLaunch(
-                    merge.function,
-                    (t * h, b, merge_groups(plan.splits)),
-                    (MERGE.threads, 1, 1),
-                    packed,
-                    device_index=dev.index,
-                )
-            )
-        self._launches = tuple(launches)
+            ),
+            kernels.PreparedLaunch(
+                merge.function,
+                (t * h, b, merge_groups(plan.splits)),
+                (MERGE.threads, 1, 1),
+                packed,
+                device_index=dev.index,
+            ),
+        )
 
     def bind(self, q=None, kv_pool=None, tree_kv=None, out=None) -> "NativeTreeVerify":
         """Point the prepared launches at other tensors of the same shapes, dtype and device (the
