@@ -148,11 +148,11 @@ __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN
   });
 }
 
-// s -> s * scale_log2, or -inf where the key is not visible, from the visible-key bits of the
+// s -> s * scale_log2 (SCALE; else s), or -inf where the key is not visible, from the visible-key bits of the
 // thread's rows g (vis0) and g + 8 (vis1) over the tile's BN keys (bit k: key k of the tile).
 // Each 32-key half is shifted by the thread's column once; a score's bit is then at a constant,
 // and adding +0 or -inf (from the bit, no predicate) masks it.
-template <int BN>
+template <int BN, bool SCALE = true>
 __device__ __forceinline__ void mask_scores_bits(const VerifyParams& p, float (&s)[BN / 2], uint64_t vis0, uint64_t vis1, int t4) {
   static_assert(BN == 64, "a row's bits are one 64-bit word");
   const uint32_t w[2][2] = {{(uint32_t)vis0 >> (2 * t4), (uint32_t)(vis0 >> 32) >> (2 * t4)},
@@ -163,8 +163,16 @@ __device__ __forceinline__ void mask_scores_bits(const VerifyParams& p, float (&
     for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, key nt * 8 + 2 t4 + e % 2
       // the bit moved to the sign and spread: 0 for a visible key, else all ones -> -inf's bits
       const int hidden = ~((int)(w[e >> 1][nt >> 2] << (31 - (nt & 3) * 8 - (e & 1))) >> 31);
-      s[4 * nt + e] = fmaf(s[4 * nt + e], p.scale_log2, __int_as_float(hidden & 0xff800000));
+      const float masked = __int_as_float(hidden & 0xff800000);
+      s[4 * nt + e] = SCALE ? fmaf(s[4 * nt + e], p.scale_log2, masked) : s[4 * nt + e] + masked;
     }
+}
+
+// Query row grow's visible-key bits over the tree's BN-key tile `tile` (BN = 64: one word of the
+// host's packed mask, VerifyParams::tree_bits)
+__device__ __forceinline__ uint64_t tree_word(const VerifyParams& p, int b, int grow, int tile) {
+  const int node = min(grow, p.R - 1) / p.H;
+  return __ldg(p.tree_bits + ((size_t)b * p.T + node) * p.tree_words + tile);
 }
 
 // s: this thread's share of its warp's partial S over half the head dims; other: the partner's

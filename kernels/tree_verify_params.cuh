@@ -32,6 +32,8 @@ struct VerifyParams {
   int tree_tiles_per_split;      // key tiles per tree split
   int NS;                        // splits in all
   float scale_log2;              // softmax scale * log2(e)
+  const uint64_t* tree_bits;     // [B, T, tree_words] bit k of word j of [b][i]: tree_mask[b][i][64 j + k]
+  int tree_words;                //   (specdiag.attention.native.tree_mask_bits; read by TV_MASK_BITS=1 builds)
 };
 
 }  // namespace tv

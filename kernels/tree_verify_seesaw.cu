@@ -41,6 +41,10 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
+#ifndef TV_MASK_BITS
+#define TV_MASK_BITS 0  // 1: the pair schedule's tree tiles masked from the host's packed bits (two loads a tile)
+#endif
+static_assert(TV_PAIR || !TV_MASK_BITS, "TV_MASK_BITS masks the pair schedule's tree tiles: drop TV_PAIR=0");
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -319,8 +323,14 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // exp2(s * scale - m) (32 multiplies a tile fewer than scaling the scores)
     auto mask = [&](int tile) {
       if constexpr (!runs(kSkipSoftmax)) return;
-      if (runs(kSkipMask) && (w.is_tree || (w.tile_begin + tile + 1) * BN > w.kv_len))
-        tvc::mask_scores<BN, false>(p, s, g, t4, tile, w, row0 + wr, b);
+      if (runs(kSkipMask) && (w.is_tree || (w.tile_begin + tile + 1) * BN > w.kv_len)) {
+        if (TV_MASK_BITS && w.is_tree) {
+          const int grow = row0 + wr + g, t = w.tile_begin + tile;
+          tvc::mask_scores_bits<BN, false>(p, s, tvc::tree_word(p, b, grow, t), tvc::tree_word(p, b, grow + 8, t), t4);
+        } else {
+          tvc::mask_scores<BN, false>(p, s, g, t4, tile, w, row0 + wr, b);
+        }
+      }
     };
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)

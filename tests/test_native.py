@@ -934,6 +934,26 @@ def test_one_token_page_build_drops_the_page_arithmetic(spec):
         assert len(lean[-1]["body"]) <= 260, len(lean[-1]["body"])
 
 
+@pytest.mark.parametrize("nodes", [1, 9, 64, 65, 257])
+def test_tree_mask_bits_pack_each_row_in_64_key_words(nodes):
+    """native.tree_mask_bits (the kernels' tree_bits, TV_MASK_BITS=1): bit k of word j of row
+    [b][i] is tree_mask[b][i][64 j + k], keys past the tree clear, bit 63 included."""
+    from specdiag.attention.native import tree_mask_bits
+
+    g = torch.Generator().manual_seed(nodes)
+    mask = torch.rand(2, nodes, nodes, generator=g) < 0.5
+    mask[:, :, -1] = True  # (at 64 and 65 nodes: a row's bit 63 set)
+    bits = tree_mask_bits(mask.to(torch.uint8))
+    words = -(-nodes // 64)
+    assert bits.shape == (2, nodes, words) and bits.dtype == torch.int64
+    for b in range(2):
+        for i in range(nodes):
+            for j in range(words):
+                word = int(bits[b, i, j]) & (2**64 - 1)
+                want = sum(1 << k for k in range(64) if 64 * j + k < nodes and mask[b, i, 64 * j + k])
+                assert word == want, (b, i, j)
+
+
 @pytest.mark.parametrize("default_on", [False, True])
 def test_one_token_page_build_is_checked_against_the_pool(default_on, monkeypatch):
     """With ONE_TOKEN_PAGE_BUILD a pool of one-token pages gets the TV_PAGE_SIZE=1 build, else the
@@ -1081,6 +1101,19 @@ def test_one_token_page_build_returns_the_run_time_builds_bits(impl):
     assert torch.equal(o1, o0) and torch.equal(l1, l0)
     with pytest.raises(ValueError, match="TV_PAGE_SIZE=64, but kv_pool's pages hold 1 tokens"):
         NativeTreeVerify(**x, scale=SCALE, impl=impl, defines={"TV_PAGE_SIZE": 64})
+
+
+@pytest.mark.gpu
+def test_mask_bits_build_returns_the_default_builds_bits():
+    """TV_MASK_BITS=1 (the seesaw pair schedule's tree tiles masked from the packed bits) sees the
+    same keys as the default build's per-key mask loads, so both return the same bits, at trees of
+    one to five 64-key tiles."""
+    _needs_sm90("wgmma_seesaw")
+    for lens, nodes, heads in (([5000, 0, 777], 17, 8), ([3000], 257, 8), ([100, 4096], 65, 16)):
+        x, _ = make_verify_inputs(lens, nodes=nodes, heads=heads, page_size=1, seed=nodes, device="cuda")
+        o0, l0 = (t.clone() for t in NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw").run())
+        o1, l1 = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines={"TV_MASK_BITS": 1}).run()
+        assert torch.equal(o1, o0) and torch.equal(l1, l0), (lens, nodes, heads)
 
 
 @pytest.mark.gpu

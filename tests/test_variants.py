@@ -231,6 +231,25 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
     assert stsm.count("STSM.16.M88.4") == 8 and "STSM" not in default
 
 
+@pytest.mark.sass
+def test_mask_bits_switch_drops_the_per_key_mask_loads():
+    """TV_MASK_BITS=1 masks the pair schedule's tree tiles from two 64-bit words a tile (the host's
+    packed bits) where the default build loads each key's mask byte (LDG.E.U8): it builds without
+    spills or serialised wgmma, its math loops' masking branches shrink, the turn-taking schedule
+    refuses it, and with the masking compiled out (TV_SKIP=32) it is the default build."""
+    spec = KERNELS["wgmma_seesaw"]
+    bits = {"TV_MASK_BITS": 1}
+    f = kernels.nvcc_check(spec.source, defines=bits)[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+    on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source)
+    assert "LDG.E.U8" in off and "LDG.E.U8" not in on and "LDG.E.64.CONSTANT" in on
+    assert len(kernels.sass_instructions(on)) < len(kernels.sass_instructions(off))
+    lean = [kernels.sass(spec.source, defines={"TV_SKIP": 32, **d}) for d in ({}, bits)]
+    assert [x for _, x in kernels.sass_instructions(lean[0])] == [x for _, x in kernels.sass_instructions(lean[1])]
+    with pytest.raises(RuntimeError, match="TV_MASK_BITS masks the pair schedule"):
+        kernels.nvcc_check(spec.source, defines={**bits, "TV_PAIR": 0})
+
+
 @pytest.mark.gpu
 def test_trace_and_variants_on_the_gpu():
     """The traced build's output is its schedule's (tiles in turns, TV_PAIR=0) bit for bit, and

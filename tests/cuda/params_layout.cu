@@ -30,6 +30,8 @@ int main() {
   FIELD(tree_tiles_per_split);
   FIELD(NS);
   FIELD(scale_log2);
+  FIELD(tree_bits);
+  FIELD(tree_words);
   std::printf("sizeof %zu\n", sizeof(tv::VerifyParams));
   return 0;
 }

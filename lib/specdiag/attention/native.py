@@ -18,7 +18,14 @@ from .inputs import MLA_HEAD_DIM, MLA_V_DIM, check_verify_inputs
 from .plan import merge_groups, plan_launch
 from .registry import KERNELS, MERGE, resolve_impl
 
-__all__ = ["NativeTreeVerify", "VerifyParams", "build_defines", "page_divider", "tree_verify_attention_native"]
+__all__ = [
+    "NativeTreeVerify",
+    "VerifyParams",
+    "build_defines",
+    "page_divider",
+    "tree_mask_bits",
+    "tree_verify_attention_native",
+]
 
 
 _I32, _U32, _PTR = ctypes.c_int32, ctypes.c_uint32, ctypes.c_void_p
@@ -42,6 +49,8 @@ class VerifyParams(ctypes.Structure):
         ("tree_tiles_per_split", _I32),
         ("NS", _I32),
         ("scale_log2", ctypes.c_float),
+        ("tree_bits", _PTR),
+        ("tree_words", _I32),
     ]
 
 
@@ -52,6 +61,19 @@ def page_divider(page_size: int) -> tuple[int, int]:
         raise ValueError(f"page_size must be in 1..2^31-1, got {page_size}")
     shift = (page_size - 1).bit_length()  # ceil(log2 page_size)
     return ((1 << 32) * ((1 << shift) - page_size)) // page_size + 1, shift
+
+
+def tree_mask_bits(tree_mask: torch.Tensor) -> torch.Tensor:
+    """The ancestor mask [B, T, T] (nonzero: visible) packed for the kernels' ``tree_bits``: int64
+    [B, T, ceil(T / 64)], bit k of word j of [b][i] set where node i sees node 64 j + k (keys past T
+    clear)."""
+    b, t, _ = tree_mask.shape
+    words = -(-t // 64)
+    padded = torch.zeros(b, t, words * 64, dtype=torch.int64, device=tree_mask.device)
+    padded[..., :t] = tree_mask != 0
+    # (distinct powers of two: the sum is their OR; bit 63 alone is int64's sign)
+    shifts = torch.arange(64, dtype=torch.int64, device=tree_mask.device)
+    return (padded.view(b, t, words, 64) << shifts).sum(-1).contiguous()
 
 
 # Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: not until a GPU has
@@ -159,6 +181,7 @@ class NativeTreeVerify:
         self.lse_part = torch.empty(b, plan.splits, t * h, device=dev, dtype=torch.float32)
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
+        self.tree_bits = tree_mask_bits(x.tree_mask)  # (once per plan: a step's layers share the tree)
         q_, pool, pt, lens, tkv, mask = self._keep
         magic, shift = page_divider(pool.shape[1])
         self.params = VerifyParams(
@@ -180,6 +203,8 @@ class NativeTreeVerify:
             tree_tiles_per_split=plan.tree_tiles_per_split,
             NS=plan.splits,
             scale_log2=scale * math.log2(math.e),
+            tree_bits=self.tree_bits.data_ptr(),
+            tree_words=self.tree_bits.shape[-1],
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):
