@@ -76,9 +76,9 @@ def tree_mask_bits(tree_mask: torch.Tensor) -> torch.Tensor:
     return (padded.view(b, t, words, 64) << shifts).sum(-1).contiguous()
 
 
-# Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: not until a GPU has
-# timed it beside the run-time page size's build (docs/kernel_notes.md, thirty-sixth session)
-ONE_TOKEN_PAGE_BUILD = False
+# Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: bit-identical to the
+# run-time page size's build and 0.993-1.063x its time (docs/kernel_notes.md, thirty-eighth session)
+ONE_TOKEN_PAGE_BUILD = True
 
 
 def build_defines(page_size: int, defines=None) -> dict[str, int]:
