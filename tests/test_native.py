@@ -696,10 +696,16 @@ def test_native_rejects_non_bf16_and_cpu_tensors():
 
 
 def test_wheel_ships_the_cuda_sources(tmp_path):
-    # build offline where setuptools is already installed (GPU machines have no network)
+    # build offline where setuptools is already installed (GPU machines have no network), from a
+    # copy of the sources: setuptools' build/ in the checkout would keep files deleted since
     offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    src = tmp_path / "src"
+    for d in ("lib", "kernels"):
+        shutil.copytree(ROOT / d, src / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / f, src / f)
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(tmp_path), str(src)],
         capture_output=True,
         text=True,
     )
