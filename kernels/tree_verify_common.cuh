@@ -151,7 +151,8 @@ __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN
 // s -> s * scale_log2 (SCALE; else s), or -inf where the key is not visible, from the visible-key bits of the
 // thread's rows g (vis0) and g + 8 (vis1) over the tile's BN keys (bit k: key k of the tile).
 // Each 32-key half is shifted by the thread's column once; a score's bit is then at a constant,
-// and adding +0 or -inf (from the bit, no predicate) masks it.
+// and a bitwise select on it (no predicate) puts -inf's bits in place: a hidden key's score is
+// dropped even when it is NaN, as the reference drops it.
 template <int BN, bool SCALE = true>
 __device__ __forceinline__ void mask_scores_bits(const VerifyParams& p, float (&s)[BN / 2], uint64_t vis0, uint64_t vis1, int t4) {
   static_assert(BN == 64, "a row's bits are one 64-bit word");
@@ -163,8 +164,8 @@ __device__ __forceinline__ void mask_scores_bits(const VerifyParams& p, float (&
     for (int e = 0; e < 4; ++e) {  // rows g (e < 2) and g + 8, key nt * 8 + 2 t4 + e % 2
       // the bit moved to the sign and spread: 0 for a visible key, else all ones -> -inf's bits
       const int hidden = ~((int)(w[e >> 1][nt >> 2] << (31 - (nt & 3) * 8 - (e & 1))) >> 31);
-      const float masked = __int_as_float(hidden & 0xff800000);
-      s[4 * nt + e] = SCALE ? fmaf(s[4 * nt + e], p.scale_log2, masked) : s[4 * nt + e] + masked;
+      const float v = SCALE ? s[4 * nt + e] * p.scale_log2 : s[4 * nt + e];
+      s[4 * nt + e] = __int_as_float((__float_as_int(v) & ~hidden) | (hidden & 0xff800000));
     }
 }
 

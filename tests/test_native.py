@@ -1113,13 +1113,24 @@ def test_one_token_page_build_returns_the_run_time_builds_bits(impl):
 def test_mask_bits_build_returns_the_default_builds_bits():
     """TV_MASK_BITS=1 (the seesaw pair schedule's tree tiles masked from the packed bits) sees the
     same keys as the default build's per-key mask loads, so both return the same bits, at trees of
-    one to five 64-key tiles."""
+    one to five 64-key tiles; a NaN in a node's latents reaches the rows that see it, and no other
+    row (a hidden key's score is dropped, NaN or not), as in the float64 reference."""
     _needs_sm90("wgmma_seesaw")
     for lens, nodes, heads in (([5000, 0, 777], 17, 8), ([3000], 257, 8), ([100, 4096], 65, 16)):
         x, _ = make_verify_inputs(lens, nodes=nodes, heads=heads, page_size=1, seed=nodes, device="cuda")
         o0, l0 = (t.clone() for t in NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw").run())
         o1, l1 = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines={"TV_MASK_BITS": 1}).run()
         assert torch.equal(o1, o0) and torch.equal(l1, l0), (lens, nodes, heads)
+    # a NaN score in a tree node's rope column reaches the rows that see the node, and no other
+    x, _ = make_verify_inputs([2000], nodes=65, heads=8, page_size=1, seed=5)
+    x["tree_kv"][0, 40, 540] = float("nan")
+    ref_o, _ = tree_verify_attention_ref(**x, scale=SCALE)
+    assert 0 < int(ref_o.isnan().any(-1).sum()) < ref_o.shape[1] * ref_o.shape[2]
+    for d in ({}, {"TV_MASK_BITS": 1}):
+        out, _ = NativeTreeVerify(
+            **{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_seesaw", defines=d
+        ).run()
+        assert torch.equal(out.cpu().isnan(), ref_o.isnan()), d
 
 
 @pytest.mark.gpu
