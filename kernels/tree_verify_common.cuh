@@ -148,8 +148,8 @@ __device__ __forceinline__ void mask_scores(const VerifyParams& p, float (&s)[BN
   });
 }
 
-// s -> s * scale_log2 (SCALE; else s), or -inf where the key is not visible, from the visible-key bits of the
-// thread's rows g (vis0) and g + 8 (vis1) over the tile's BN keys (bit k: key k of the tile).
+// s -> s * scale_log2 (SCALE; else s), or -inf where the key is not visible, from the visible-key
+// bits of the thread's rows g (vis0) and g + 8 (vis1) over the tile's BN keys (bit k: key k).
 // Each 32-key half is shifted by the thread's column once; a score's bit is then at a constant,
 // and a bitwise select on it (no predicate) puts -inf's bits in place: a hidden key's score is
 // dropped even when it is NaN, as the reference drops it.

@@ -69,11 +69,13 @@ def tree_mask_bits(tree_mask: torch.Tensor) -> torch.Tensor:
     clear)."""
     b, t, _ = tree_mask.shape
     words = -(-t // 64)
-    padded = torch.zeros(b, t, words * 64, dtype=torch.int64, device=tree_mask.device)
+    padded = torch.zeros(b, t, words * 64, dtype=torch.uint8, device=tree_mask.device)
     padded[..., :t] = tree_mask != 0
-    # (distinct powers of two: the sum is their OR; bit 63 alone is int64's sign)
-    shifts = torch.arange(64, dtype=torch.int64, device=tree_mask.device)
-    return (padded.view(b, t, words, 64) << shifts).sum(-1).contiguous()
+    # a byte per 8 keys (distinct bits: the sum is their OR), 8 bytes a little-endian word; no
+    # temporary wider than the mask itself
+    shifts = torch.arange(8, dtype=torch.uint8, device=tree_mask.device)
+    packed = (padded.view(b, t, words * 8, 8) << shifts).sum(-1, dtype=torch.uint8)
+    return packed.view(torch.int64)
 
 
 # Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: bit-identical to the
