@@ -78,8 +78,8 @@ def tree_mask_bits(tree_mask: torch.Tensor) -> torch.Tensor:
     return packed.view(torch.int64)
 
 
-# Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: bit-identical to the
-# run-time page size's build and 0.993-1.063x its time (docs/kernel_notes.md, thirty-eighth session)
+# Whether a pool of one-token pages gets the TV_PAGE_SIZE=1 build by default: it returns the run-time
+# page size's bits, a little sooner (docs/kernel_notes.md, thirty-eighth session)
 ONE_TOKEN_PAGE_BUILD = True
 
 
