@@ -1118,7 +1118,9 @@ def test_mask_bits_build_returns_the_default_builds_bits():
     _needs_sm90("wgmma_seesaw")
     for lens, nodes, heads in (([5000, 0, 777], 17, 8), ([3000], 257, 8), ([100, 4096], 65, 16)):
         x, _ = make_verify_inputs(lens, nodes=nodes, heads=heads, page_size=1, seed=nodes, device="cuda")
-        o0, l0 = (t.clone() for t in NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw").run())
+        default = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw")
+        assert default.tree_bits is None  # (only a build that reads the packed mask gets one)
+        o0, l0 = (t.clone() for t in default.run())
         o1, l1 = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines={"TV_MASK_BITS": 1}).run()
         assert torch.equal(o1, o0) and torch.equal(l1, l0), (lens, nodes, heads)
     # a NaN score in a tree node's rope column reaches the rows that see the node, and no other

@@ -183,7 +183,9 @@ class NativeTreeVerify:
         self.lse_part = torch.empty(b, plan.splits, t * h, device=dev, dtype=torch.float32)
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
-        self.tree_bits = tree_mask_bits(x.tree_mask)  # (once per plan: a step's layers share the tree)
+        # the packed ancestor mask, once per plan, for a build that reads it (TV_MASK_BITS=1); else none
+        reads_bits = {**dict(self.spec.defines), **self.defines}.get("TV_MASK_BITS", 0)
+        self.tree_bits = tree_mask_bits(x.tree_mask) if reads_bits else None
         q_, pool, pt, lens, tkv, mask = self._keep
         magic, shift = page_divider(pool.shape[1])
         self.params = VerifyParams(
@@ -205,8 +207,8 @@ class NativeTreeVerify:
             tree_tiles_per_split=plan.tree_tiles_per_split,
             NS=plan.splits,
             scale_log2=scale * math.log2(math.e),
-            tree_bits=self.tree_bits.data_ptr(),
-            tree_words=self.tree_bits.shape[-1],
+            tree_bits=None if self.tree_bits is None else self.tree_bits.data_ptr(),
+            tree_words=0 if self.tree_bits is None else self.tree_bits.shape[-1],
         )
         packed = bytes(self.params)
         with torch.cuda.device(dev):
