@@ -100,7 +100,7 @@ __device__ __forceinline__ void merge(const tv::VerifyParams& p) {
 
 }  // namespace tvmerge
 
-TV_EXPORT_CONFIG(tvmerge::MERGE_THREADS, 1, 0, 0)
+TV_EXPORT_CONFIG(tvmerge::MERGE_THREADS, 1, 0, 0, 0)
 
 extern "C" __global__ void __launch_bounds__(tvmerge::MERGE_THREADS) tree_verify_merge(const __grid_constant__ tv::VerifyParams p) {
   tvmerge::merge(p);

@@ -43,6 +43,7 @@ struct Smem {
   float s[NW][16][SS];  // each warp's partial S for its partner
 };
 constexpr int SMEM_BYTES = sizeof(Smem);
+constexpr int TREE_BITS = 0;  // masks from the mask bytes
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 

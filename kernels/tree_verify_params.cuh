@@ -33,21 +33,21 @@ struct VerifyParams {
   int NS;                        // splits in all
   float scale_log2;              // softmax scale * log2(e)
   const uint64_t* tree_bits;     // [B, T, tree_words] bit k of word j of [b][i]: tree_mask[b][i][64 j + k]
-  int tree_words;                //   (specdiag.attention.native.tree_mask_bits; read by TV_MASK_BITS=1 builds)
+  int tree_words;                //   (specdiag.attention.native.tree_mask_bits; read where a module exports tree_bits = 1)
 };
 
 }  // namespace tv
 
 // A kernel module's launch shape, read by the host at load time and checked against the registry
 // (specdiag.attention.registry): threads per CTA, query rows per CTA, keys per tile, dynamic
-// shared memory in bytes.
-#define TV_EXPORT_CONFIG(THREADS, ROWS, KEYS, SMEM) \
-  extern "C" __device__ const int tv_config[4] = {(THREADS), (ROWS), (KEYS), (int)(SMEM)};
+// shared memory in bytes; and whether it reads VerifyParams::tree_bits (1: the host packs them).
+#define TV_EXPORT_CONFIG(THREADS, ROWS, KEYS, SMEM, TREE_BITS) \
+  extern "C" __device__ const int tv_config[5] = {(THREADS), (ROWS), (KEYS), (int)(SMEM), (TREE_BITS)};
 
 // A partial kernel's entry point: NS::verify_partial on NS::NT threads (one CTA per SM), with the
-// module's exported launch shape.
+// module's exported launch shape (NS::TREE_BITS: whether it reads the packed mask).
 #define TV_DEFINE_PARTIAL_KERNEL(NS, ENTRY)                                                       \
-  TV_EXPORT_CONFIG(NS::NT, NS::BM, NS::BN, NS::SMEM_BYTES)                                        \
+  TV_EXPORT_CONFIG(NS::NT, NS::BM, NS::BN, NS::SMEM_BYTES, NS::TREE_BITS)                         \
   extern "C" __global__ void __launch_bounds__(NS::NT, 1) ENTRY(const __grid_constant__ tv::VerifyParams p) { \
     NS::verify_partial(p);                                                                        \
   }

@@ -20,8 +20,9 @@
 //   (5) rescale O by alpha (t), issue P V (t), P from registers.
 // A tile lands in 3 parts of 3 column blocks, each on its own mbarrier (cp.async.mbarrier.arrive),
 // so Q K^T starts on the first. Only this schedule has TV_TRACE=1 (the per-tile timeline of one
-// CTA, tvsee::Event; specdiag.bench.trace) and TV_TREE_BITS=1 (tree tiles masked from bits the
-// loader writes, handed over on named barrier VIS of the stage).
+// CTA, tvsee::Event; specdiag.bench.trace).
+// Both schedules mask a tree tile from two words of the host's packed ancestor mask
+// (VerifyParams::tree_bits); TV_MASK_BITS=0 loads each key's mask byte instead.
 // TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations of either: results wrong by design.
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -29,9 +30,6 @@
 #include "tree_verify_common.cuh"
 #include "tree_verify_sm90.cuh"
 
-#ifndef TV_TREE_BITS
-#define TV_TREE_BITS 0  // 1: tree tiles masked from bits the loader writes (docs/kernel_notes.md, 31st session)
-#endif
 #ifndef TV_PAIR
 #define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
@@ -42,9 +40,8 @@
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
 #ifndef TV_MASK_BITS
-#define TV_MASK_BITS 0  // 1: the pair schedule's tree tiles masked from the host's packed bits (two loads a tile)
+#define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
-static_assert(TV_PAIR || !TV_MASK_BITS, "TV_MASK_BITS masks the pair schedule's tree tiles: drop TV_PAIR=0");
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -83,12 +80,6 @@ static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_ver
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 
 template <bool ON>
-struct TreeVis {};  // (empty: the default build's layout and size are unchanged)
-template <>
-struct TreeVis<true> {
-  uint32_t vis[STAGES][2 * BM];  // [tile % 2][2 row + h]: the row's visible keys 32 h .. 32 h + 31 of a tree tile
-};
-template <bool ON>
 struct PairP {};  // (empty in the turn-taking schedule's build)
 template <>
 struct PairP<true> {
@@ -101,10 +92,10 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
   uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
-  TreeVis<TV_TREE_BITS> tree;     // TV_TREE_BITS=1 only
   PairP<TV_PAIR != 0> pair;       // the pair schedule only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
+constexpr int TREE_BITS = TV_MASK_BITS;  // the tree tiles' mask from the host's packed bits
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 
 // TV_TRACE=1: CTA (0, 0, 0) records clock64() at each Event of its first TRACE_TILES tiles, per
@@ -224,7 +215,7 @@ __device__ __forceinline__ float max_factor(float m_old, float m_new) { return e
 
 template <int = 0>
 __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) {
-  static_assert(TV_TRACE == 0 && TV_TREE_BITS == 0, "TV_TRACE and TV_TREE_BITS build the turn-taking schedule: add TV_PAIR=0");
+  static_assert(TV_TRACE == 0, "TV_TRACE builds the turn-taking schedule: add TV_PAIR=0");
   Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
@@ -506,15 +497,14 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   write_rows(p, sm, o, m_r, l_r, c, wr, g, t4, row0, split, b);
 }
 
-// (a template, and sm.tree reached through TreeVis<TREE_BITS>: without the bits their code is not instantiated)
-template <bool TREE_BITS = TV_TREE_BITS>
+// (a template: the schedule not built is not instantiated)
+template <int = 0>
 __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   if constexpr (TV_PAIR) {
     verify_partial_pairs(p);
     return;
   }
   Smem& sm = aligned_smem<Smem>();
-  auto& tree = reinterpret_cast<TreeVis<TREE_BITS>&>(sm.tree);
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
 
@@ -552,28 +542,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
           cp_async_mbar_arrive(full(tile, part));
         }
       };
-      // tree splits (TV_TREE_BITS=1): thread t writes the visible keys of row t / 2 among keys
-      // 32 (t % 2) .. of `tile` as the bits of one word (8 byte loads in flight at a time), then
-      // hands them to the tile's owner (stage s: math warpgroup s)
-      auto bits = [&](int tile) {
-        if constexpr (TREE_BITS) {
-          if (w.is_tree) {
-            const int k0 = (w.tile_begin + tile) * BN + 32 * (t & 1), left = p.T - k0;  // keys k < left exist
-            const uint8_t* m = p.tree_mask + ((size_t)b * p.T + min(row0 + t / 2, p.R - 1) / p.H) * p.T + k0;
-            uint32_t word = 0;
-#pragma unroll
-            for (int k = 0; k < 32; k += 8) {
-              uint8_t v[8];
-#pragma unroll
-              for (int j = 0; j < 8; ++j) v[j] = __ldg(m + (k + j < left ? k + j : 0));
-#pragma unroll
-              for (int j = 0; j < 8; ++j) word |= (uint32_t)((k + j < left) & (v[j] != 0)) << (k + j);
-            }
-            tree.vis[tile & 1][t] = word;
-            bar_arrive((tile & 1) ? kBarVis1 : kBarVis0, 2 * WG);
-          }
-        }
-      };
       Pages k;
       ld.pages(0, k);
       load_q<BM, WG>(p, sQ, t, b, row0);
@@ -582,8 +550,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         ld.pages(1, k);
         load_tile(1, k);
       }
-      bits(0);  // (after both tiles' copies: tile 1's would wait for these loads)
-      if (n > 1) bits(1);
       for (int j = 0; j + 2 < n; ++j) {
         ld.pages(j + 2, k);
         // both math warpgroups are done with tile j. They arrive EMPTY (j + 2) only after tile
@@ -592,7 +558,6 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
         bar_sync(bar_empty(j), NT);
         trace(2, j + 2, kOtherP);
         load_tile(j + 2, k);
-        bits(j + 2);
         trace(2, j + 2, kPart0);
       }
       trace_kernel(2, kLoopEnd);
@@ -680,13 +645,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (!runs(kSkipMask) || (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len)) {  // a whole prefix tile
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
-      } else if constexpr (runs(kSkipSoftmax) && TREE_BITS) {
-        // a tree tile: the loader's bits; the prefix's last tile: its first kv_len - tok0 (1 .. 63)
-        // keys. Selected, not branched (a branch here serialised the wgmmas, C7512).
-        if (w.is_tree) bar_sync(C ? kBarVis1 : kBarVis0, 2 * WG);
-        const uint64_t tail = (1ull << (w.kv_len - (w.tile_begin + t) * BN)) - 1;
-        const uint64_t* vis = reinterpret_cast<const uint64_t*>(tree.vis[t & 1]);
-        tvc::mask_scores_bits<BN>(p, s, w.is_tree ? vis[wr + g] : tail, w.is_tree ? vis[wr + g + 8] : tail, t4);
+      } else if constexpr (runs(kSkipSoftmax) && TV_MASK_BITS) {
+        if (w.is_tree) {
+          const int grow = row0 + wr + g, tt = w.tile_begin + t;
+          tvc::mask_scores_bits<BN>(p, s, tvc::tree_word(p, b, grow, tt), tvc::tree_word(p, b, grow + 8, tt), t4);
+        } else {
+          tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
+        }
       } else if constexpr (runs(kSkipSoftmax)) {
         tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
       }

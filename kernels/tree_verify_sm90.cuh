@@ -171,8 +171,6 @@ enum NamedBarrier : int {
   kBarP0 = 3,      // seesaw: P, alpha and max of an even tile handed to the other math warpgroup
   kBarP1 = 4,      // seesaw: the same for an odd tile
   kBarMath = 5,    // seesaw: both math warpgroups, the epilogue's row-sum exchange
-  kBarVis0 = 6,    // seesaw, tree splits: a stage-0 tile's visible-key bits out (loader -> math warpgroup 0)
-  kBarVis1 = 7,    // seesaw, tree splits: the same for stage 1 (loader -> math warpgroup 1)
   kBarPairMax0 = 8,    // seesaw, TV_PAIR: warpgroup 0's max after its tile of the pair
   kBarPairMax1 = 9,    // seesaw, TV_PAIR: the pair's max (warpgroup 1)
   kBarPairFreeE0 = 10,  // seesaw, TV_PAIR: an even tile's early column blocks free (its owner's V half)

@@ -37,6 +37,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float s[2][BM][SS];  // each warpgroup's partial S for the other
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
+constexpr int TREE_BITS = 0;  // masks from the mask bytes
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
 

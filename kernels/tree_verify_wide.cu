@@ -76,6 +76,7 @@ struct alignas(1024) Smem {       // the swizzle pattern is keyed to 1024-byte a
   uint8_t stage[STAGES][STAGE_B];  // a key tile; once S^T is done, its rope block and the tail hold P^T
 };
 constexpr int SMEM_BYTES = sizeof(Smem);  // all of sm_90's 227 KB: no slack, the base must be aligned (exact_smem)
+constexpr int TREE_BITS = 0;  // masks from the mask bytes
 static_assert(SMEM_BYTES <= 227 * 1024, "over the sm_90 shared-memory limit per block");
 // TV_TRACE=1: CTA (0, TV_TRACE_SPLIT, 0) records clock64() at each Event of its first TRACE_TILES
 // tiles, per warpgroup (thread 0 of each), in tv_trace[who][tile][event] (specdiag.bench.trace.trace_wide)

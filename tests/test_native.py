@@ -780,26 +780,6 @@ def test_ablation_switches_compile_and_drop_their_stage(impl):
     assert len(kernels.sass_instructions(no_mask)) < 0.9 * len(kernels.sass_instructions(full))
 
 
-@pytest.mark.sass
-def test_seesaw_tree_bits_is_a_variant_apart():
-    """TV_TREE_BITS=1 (the turn-taking schedule's tree tiles masked from bits the loader writes;
-    data/history/session31_h100.json run8) builds without spills or a serialised wgmma pipeline
-    (the thirty-third session's build spilled 4 bytes; the loader's leaner rows, thirty-fourth,
-    freed them), hands the bits over on named barriers 6 and 7 and takes 1 KB more shared memory;
-    the build without it has none of it."""
-    spec = KERNELS["wgmma_seesaw"]
-    bits, turns = {"TV_TREE_BITS": 1, "TV_PAIR": 0}, {"TV_PAIR": 0}
-    f = kernels.nvcc_check(spec.source, defines=bits)[spec.entry]
-    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, f
-    on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source, defines=turns)
-    vis = r"BAR\.(?:SYNC\.DEFER_BLOCKING|ARV) 0x[67], 0x100"
-    assert len(re.findall(vis, on)) == 4 and not re.findall(vis, off)
-    assert (
-        kernels.ptx_config(spec.source, defines=bits).smem_bytes
-        == kernels.ptx_config(spec.source, defines=turns).smem_bytes + 1024
-    )
-
-
 def _sass_ins(source: str, defines: dict | None = None) -> list[tuple[int, str]]:
     """A build's SASS as (address, instruction) pairs."""
     return kernels.sass_instructions(kernels.sass(source, defines=defines or {}))
@@ -1110,25 +1090,29 @@ def test_one_token_page_build_returns_the_run_time_builds_bits(impl):
 
 
 @pytest.mark.gpu
-def test_mask_bits_build_returns_the_default_builds_bits():
-    """TV_MASK_BITS=1 (the seesaw pair schedule's tree tiles masked from the packed bits) sees the
-    same keys as the default build's per-key mask loads, so both return the same bits, at trees of
-    one to five 64-key tiles; a NaN in a node's latents reaches the rows that see it, and no other
-    row (a hidden key's score is dropped, NaN or not), as in the float64 reference."""
+def test_mask_bits_return_the_mask_bytes_bits():
+    """The seesaw kernel's tree tiles masked from the packed bits (its default, both schedules) see
+    the same keys as its TV_MASK_BITS=0 build's per-key mask loads, so both return the same bits,
+    at trees of one to five 64-key tiles; only the build that reads the bits gets them; a NaN in a
+    node's latents reaches the rows that see it, and no other row (a hidden key's score is dropped,
+    NaN or not), as in the float64 reference."""
     _needs_sm90("wgmma_seesaw")
+    schedules = ({}, {"TV_PAIR": 0})
     for lens, nodes, heads in (([5000, 0, 777], 17, 8), ([3000], 257, 8), ([100, 4096], 65, 16)):
         x, _ = make_verify_inputs(lens, nodes=nodes, heads=heads, page_size=1, seed=nodes, device="cuda")
-        default = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw")
-        assert default.tree_bits is None  # (only a build that reads the packed mask gets one)
-        o0, l0 = (t.clone() for t in default.run())
-        o1, l1 = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines={"TV_MASK_BITS": 1}).run()
-        assert torch.equal(o1, o0) and torch.equal(l1, l0), (lens, nodes, heads)
+        for d in schedules:
+            bits = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines=d)
+            loads = NativeTreeVerify(**x, scale=SCALE, impl="wgmma_seesaw", defines={**d, "TV_MASK_BITS": 0})
+            assert bits.tree_bits is not None and loads.tree_bits is None
+            o1, l1 = (t.clone() for t in bits.run())
+            o0, l0 = loads.run()
+            assert torch.equal(o1, o0) and torch.equal(l1, l0), (lens, nodes, heads, d)
     # a NaN score in a tree node's rope column reaches the rows that see the node, and no other
     x, _ = make_verify_inputs([2000], nodes=65, heads=8, page_size=1, seed=5)
     x["tree_kv"][0, 40, 540] = float("nan")
     ref_o, _ = tree_verify_attention_ref(**x, scale=SCALE)
     assert 0 < int(ref_o.isnan().any(-1).sum()) < ref_o.shape[1] * ref_o.shape[2]
-    for d in ({}, {"TV_MASK_BITS": 1}):
+    for d in (*schedules, {"TV_MASK_BITS": 0}):
         out, _ = NativeTreeVerify(
             **{k: v.cuda() for k, v in x.items()}, scale=SCALE, impl="wgmma_seesaw", defines=d
         ).run()

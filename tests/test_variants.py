@@ -233,21 +233,26 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
 
 @pytest.mark.sass
 def test_mask_bits_switch_drops_the_per_key_mask_loads():
-    """TV_MASK_BITS=1 masks the pair schedule's tree tiles from two 64-bit words a tile (the host's
-    packed bits) where the default build loads each key's mask byte (LDG.E.U8): it builds without
-    spills or serialised wgmma, its math loops' masking branches shrink, the turn-taking schedule
-    refuses it, and with the masking compiled out (TV_SKIP=32) it is the default build."""
+    """The seesaw kernel masks its tree tiles from two 64-bit words a tile (the host's packed bits),
+    in both schedules, and exports that it reads them; TV_MASK_BITS=0 loads each key's mask byte
+    (LDG.E.U8) instead and exports that it does not. Each builds without spills or serialised
+    wgmma, the bits' math loops are shorter, and with the masking compiled out (TV_SKIP=32) the
+    two are the same build."""
     spec = KERNELS["wgmma_seesaw"]
-    bits = {"TV_MASK_BITS": 1}
-    f = kernels.nvcc_check(spec.source, defines=bits)[spec.entry]
-    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
-    on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source)
-    assert "LDG.E.U8" in off and "LDG.E.U8" not in on and "LDG.E.64.CONSTANT" in on
-    assert len(kernels.sass_instructions(on)) < len(kernels.sass_instructions(off))
-    lean = [kernels.sass(spec.source, defines={"TV_SKIP": 32, **d}) for d in ({}, bits)]
+    for schedule in ({}, {"TV_PAIR": 0}):
+        bits, loads = schedule, {**schedule, "TV_MASK_BITS": 0}
+        for d in (bits, loads):
+            f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
+            assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (d, f)
+        on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source, defines=loads)
+        assert "LDG.E.U8" in off and "LDG.E.U8" not in on and "LDG.E.64.CONSTANT" in on, schedule
+        assert len(kernels.sass_instructions(on)) < len(kernels.sass_instructions(off)), schedule
+        assert kernels.ptx_config(spec.source, defines=bits).tree_bits, schedule
+        assert not kernels.ptx_config(spec.source, defines=loads).tree_bits, schedule
+    lean = [kernels.sass(spec.source, defines={"TV_SKIP": 32, **d}) for d in ({}, {"TV_MASK_BITS": 0})]
     assert [x for _, x in kernels.sass_instructions(lean[0])] == [x for _, x in kernels.sass_instructions(lean[1])]
-    with pytest.raises(RuntimeError, match="TV_MASK_BITS masks the pair schedule"):
-        kernels.nvcc_check(spec.source, defines={**bits, "TV_PAIR": 0})
+    others = [k for k in KERNELS.values() if k.source != spec.source]
+    assert not any(kernels.ptx_config(k.source, defines=dict(k.defines)).tree_bits for k in others)
 
 
 @pytest.mark.gpu

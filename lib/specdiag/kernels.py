@@ -276,12 +276,14 @@ def opcode(instruction: str) -> str:
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """A module's exported launch shape (``TV_EXPORT_CONFIG`` in kernels/tree_verify_params.cuh)."""
+    """A module's exported launch shape (``TV_EXPORT_CONFIG`` in kernels/tree_verify_params.cuh),
+    and whether it reads the host's packed ancestor mask (``VerifyParams::tree_bits``)."""
 
     threads: int
     rows_per_cta: int
     keys_per_tile: int
     smem_bytes: int
+    tree_bits: bool = False
 
     def check(self, spec) -> "KernelConfig":
         """Raise unless the registry row ``spec`` declares this shape."""
@@ -295,7 +297,8 @@ class KernelConfig:
         return self
 
 
-_PTX_CONFIG = re.compile(r"tv_config\[16\]\s*=\s*\{([\d,\s]*)\}")
+_CONFIG_INTS = 5
+_PTX_CONFIG = re.compile(rf"tv_config\[{4 * _CONFIG_INTS}\]\s*=\s*\{{([\d,\s]*)\}}")
 
 
 def ptx_config(name: str, arch: str | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:
@@ -309,7 +312,7 @@ def ptx_config(name: str, arch: str | None = None, defines: Mapping[str, int] | 
     if not m:
         raise RuntimeError(f"{name}.cu exports no tv_config (TV_EXPORT_CONFIG)")
     raw = bytes(int(v) for v in m.group(1).replace(" ", "").split(",") if v)
-    return KernelConfig(*struct.unpack("<4i", raw.ljust(16, b"\0")))
+    return _config(struct.unpack(f"<{_CONFIG_INTS}i", raw.ljust(4 * _CONFIG_INTS, b"\0")))
 
 
 def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
@@ -413,11 +416,16 @@ def _exported_config(mod, source: str) -> KernelConfig:
     import pycuda.driver as cuda
 
     ptr, size = mod.get_global("tv_config")
-    cfg = np.empty(4, dtype=np.int32)
+    cfg = np.empty(_CONFIG_INTS, dtype=np.int32)
     if size != cfg.nbytes:
         raise RuntimeError(f"{source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
     cuda.memcpy_dtoh(cfg, ptr)
-    return KernelConfig(*map(int, cfg))
+    return _config(cfg)
+
+
+def _config(ints) -> KernelConfig:
+    *shape, tree_bits = map(int, ints)
+    return KernelConfig(*shape, tree_bits=bool(tree_bits))
 
 
 def module_config(spec, device_index: int | None = None, defines: Mapping[str, int] | None = None) -> KernelConfig:

@@ -148,8 +148,10 @@ class NativeTreeVerify:
         max_prefix = int(x.prefix_lens.max())
         self.spec = KERNELS[resolve_impl(impl, dev, max_prefix=max_prefix, rows=t * h)]
         self.defines = build_defines(x.kv_pool.shape[1], defines)
-        if self.defines:  # a -D build may change the tile or shared memory: plan with what it exports
-            cfg = kernels.module_config(self.spec, dev.index, self.defines)
+        # what the build exports: a -D build may change the tile or shared memory (plan with it),
+        # and the module says whether it reads the packed ancestor mask
+        cfg = kernels.module_config(self.spec, dev.index, self.defines)
+        if self.defines:
             self.spec = dataclasses.replace(
                 self.spec,
                 threads=cfg.threads,
@@ -183,9 +185,8 @@ class NativeTreeVerify:
         self.lse_part = torch.empty(b, plan.splits, t * h, device=dev, dtype=torch.float32)
         self.out = torch.empty(b, t, h, MLA_V_DIM, device=dev, dtype=torch.bfloat16)
         self.lse = torch.empty(b, t, h, device=dev, dtype=torch.float32)
-        # the packed ancestor mask, once per plan, for a build that reads it (TV_MASK_BITS=1); else none
-        reads_bits = {**dict(self.spec.defines), **self.defines}.get("TV_MASK_BITS", 0)
-        self.tree_bits = tree_mask_bits(x.tree_mask) if reads_bits else None
+        # the packed ancestor mask, once per plan, for a build that reads it; else none
+        self.tree_bits = tree_mask_bits(x.tree_mask) if cfg.tree_bits else None
         q_, pool, pt, lens, tkv, mask = self._keep
         magic, shift = page_divider(pool.shape[1])
         self.params = VerifyParams(
