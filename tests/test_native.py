@@ -482,11 +482,10 @@ def test_session34_recordings_hold_what_the_notes_say():
     """data/history/session34_h100.json (H100): with the loaders' leaner rows the seesaw kernel
     took 0.955-0.999x a764b0e's time at nine shapes and the wide kernel 0.979-1.000x at six
     (medians of four timings a side, to three places), every build checked passed float64, the
-    pair schedule's memcheck and synccheck were clean and racecheck reported four code pairs; the
-    notes print data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them; and
+    pair schedule's memcheck and synccheck were clean and racecheck reported four code pairs; and
     the thirty-third session's timings spread in both schedules (the notes' Next, item 4;
-    docs/kernel_notes.md, thirty-fourth session)."""
-    from specdiag import analysis, data
+    docs/kernel_notes.md, thirty-fourth session). Its peers run was data/peers_h100.json until
+    the thirty-ninth session's replaced it."""
     from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session34_h100.json").read_text())
@@ -514,11 +513,6 @@ def test_session34_recordings_hold_what_the_notes_say():
     assert len(tools["racecheck"]["hazard_pcs"]) == 4
     probe = {r["impl"]: r for r in runs["run2_sanitizer"]["probe"] if r["tool"] == "racecheck"}
     assert probe["probe:bare_swapped"]["findings"] == probe["probe:bare_plain"]["findings"] == 1
-    notes = (ROOT / "docs" / "kernel_notes.md").read_text()
-    table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
-    for t in analysis.peer_targets(table):
-        line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
-        assert notes.count(line) == 2, line  # the head of the notes and the session's section
 
 
 def test_session35_recordings_hold_what_the_notes_say():
@@ -562,6 +556,47 @@ def test_session35_recordings_hold_what_the_notes_say():
     for t in analysis.peer_targets(table):
         line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
         assert notes.count(line) == 1, line  # the head of the notes
+
+
+def test_session39_recordings_hold_what_the_notes_say():
+    """data/history/session39_h100.json (H100): against the per-key mask bytes the packed bits
+    took 0.944-1.015x the time at seven shapes in run 1 and 0.937-1.014x at eight in run 2
+    (medians of four timings a side, to three places), and the masking-free ablation 0.931-1.000x;
+    every build checked passed float64; the new default's memcheck and synccheck were clean and
+    racecheck reported four code pairs; and the notes print
+    data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them
+    (docs/kernel_notes.md, thirty-ninth session)."""
+    import statistics
+
+    from specdiag import analysis, data
+    from specdiag.bench.checks import passed
+
+    runs = json.loads((ROOT / "data" / "history" / "session39_h100.json").read_text())
+    assert "H100" in runs["machine"]["gpu"]
+
+    def ratios(a: str, b: str) -> list[float]:
+        ta, tb = (_median_times(runs, f"{k}_1", f"{k}_2") for k in (a, b))
+        return [tb[s] / ta[s] for s in ta]
+
+    for a, b, n, lo, hi, med in (
+        ("run1_base", "run1_mb", 7, 0.944, 1.015, 1.006),
+        ("run1_base", "run1_skip", 7, 0.931, 1.0, 0.996),
+        ("run2_loads", "run2_bits", 8, 0.937, 1.014, 1.005),
+        ("run1_wbase", "run1_wps0", 4, 0.998, 1.012, 1.006),
+    ):
+        q = ratios(a, b)
+        got = (len(q), *(round(x, 3) for x in (min(q), max(q), statistics.median(q))))
+        assert got == (n, lo, hi, med), (b, got)
+    for k in ("run1_check_mask_bits", "run2_check_seesaw", "run2_check_turns"):
+        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+    tools = {r["tool"]: r for r in runs["run2_sanitizer_seesaw"]["rows"]}
+    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
+    assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    notes = (ROOT / "docs" / "kernel_notes.md").read_text()
+    table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
+    for t in analysis.peer_targets(table):
+        line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
+        assert notes.count(line) == 2, line  # the head of the notes and the session's section
 
 
 def test_merge_cost_counts_the_partials_past_the_free_bytes():
