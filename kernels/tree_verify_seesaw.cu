@@ -645,15 +645,13 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
       if (!runs(kSkipMask) || (!w.is_tree && (w.tile_begin + t + 1) * BN <= w.kv_len)) {  // a whole prefix tile
 #pragma unroll
         for (int i = 0; i < SN; ++i) s[i] *= p.scale_log2;
-      } else if constexpr (runs(kSkipSoftmax) && TV_MASK_BITS) {
-        if (w.is_tree) {
+      } else if constexpr (runs(kSkipSoftmax)) {  // a tree tile, or the prefix's last
+        if (TV_MASK_BITS && w.is_tree) {
           const int grow = row0 + wr + g, tt = w.tile_begin + t;
           tvc::mask_scores_bits<BN>(p, s, tvc::tree_word(p, b, grow, tt), tvc::tree_word(p, b, grow + 8, tt), t4);
         } else {
           tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
         }
-      } else if constexpr (runs(kSkipSoftmax)) {
-        tvc::mask_scores<BN>(p, s, g, t4, t, w, row0 + wr, b);
       }
       bool rescale = false;
       if constexpr (runs(kSkipSoftmax)) {
