@@ -562,10 +562,10 @@ def test_session39_recordings_hold_what_the_notes_say():
     """data/history/session39_h100.json (H100): against the per-key mask bytes the packed bits
     took 0.944-1.015x the time at seven shapes in run 1 and 0.937-1.014x at eight in run 2
     (medians of four timings a side, to three places), and the masking-free ablation 0.931-1.000x;
-    every build checked passed float64; the new default's memcheck and synccheck were clean and
-    racecheck reported four code pairs; and the notes print
-    data/peers_h100.json's targets (run 2) as analysis.peer_targets gives them
-    (docs/kernel_notes.md, thirty-ninth session)."""
+    the wide kernel's run-time page size 0.998-1.012x its one-token build's; every build checked
+    passed float64; the new default's memcheck and synccheck were clean and racecheck reported
+    four code pairs; and the notes print data/peers_h100.json's targets (run 2) as
+    analysis.peer_targets gives them (docs/kernel_notes.md, thirty-ninth session)."""
     import statistics
 
     from specdiag import analysis, data
