@@ -344,6 +344,7 @@ def parse_ptxas(report: str) -> dict[str, PtxasFunction]:
 # --------------------------------------------------------------------------- runtime (GPU)
 
 _modules: dict[tuple[str, int], object] = {}
+_configs: dict[int, KernelConfig] = {}  # id(module) -> what it exports (a module in _modules is never freed)
 _contexts: dict[int, object] = {}
 _streams: dict[int, object] = {}
 
@@ -411,16 +412,19 @@ def _spec_module(spec, device_index: int | None, defines: Mapping[str, int] | No
 
 
 def _exported_config(mod, source: str) -> KernelConfig:
-    """The launch shape a loaded module exports (``tv_config``)."""
+    """The launch shape a loaded module exports (``tv_config``), read from the GPU once per module:
+    a plan asks for it each time, and each read is a synchronous copy."""
     import numpy as np
     import pycuda.driver as cuda
 
-    ptr, size = mod.get_global("tv_config")
-    cfg = np.empty(_CONFIG_INTS, dtype=np.int32)
-    if size != cfg.nbytes:
-        raise RuntimeError(f"{source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
-    cuda.memcpy_dtoh(cfg, ptr)
-    return _config(cfg)
+    if id(mod) not in _configs:
+        ptr, size = mod.get_global("tv_config")
+        cfg = np.empty(_CONFIG_INTS, dtype=np.int32)
+        if size != cfg.nbytes:
+            raise RuntimeError(f"{source}.cu: tv_config is {size} bytes, expected {cfg.nbytes}")
+        cuda.memcpy_dtoh(cfg, ptr)
+        _configs[id(mod)] = _config(cfg)
+    return _configs[id(mod)]
 
 
 def _config(ints) -> KernelConfig:
