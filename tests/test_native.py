@@ -957,7 +957,7 @@ def test_one_token_page_build_drops_the_page_arithmetic(spec):
 
 @pytest.mark.parametrize("nodes", [1, 9, 64, 65, 257])
 def test_tree_mask_bits_pack_each_row_in_64_key_words(nodes):
-    """native.tree_mask_bits (the kernels' tree_bits, TV_MASK_BITS=1): bit k of word j of row
+    """native.tree_mask_bits (the seesaw kernel's tree_bits): bit k of word j of row
     [b][i] is tree_mask[b][i][64 j + k], keys past the tree clear, bit 63 included."""
     from specdiag.attention.native import tree_mask_bits
 
