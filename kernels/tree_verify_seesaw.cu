@@ -39,6 +39,9 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
+#ifndef TV_MAX_FIRST
+#define TV_MAX_FIRST 0  // 1: in the pair schedule each warpgroup hands its max over before its exponents
+#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -381,13 +384,27 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         for (int r = 0; r < 2; ++r) {
           m0[r] = fmaxf(m_r[r], row_max(r));
           f[r] = factor(m_r[r], m0[r]);
-          l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
+          if (!TV_MAX_FIRST) l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
-        if (t4 == 0) {
+        if constexpr (TV_MAX_FIRST) {
+          // every lane stores its row's max and reads it back after the arrive, which ties the
+          // exponents to it (an arrive orders memory only: ptxas moved them above it)
           my_max[0] = m0[0];
           my_max[8] = m0[1];
+          bar_arrive(kBarPairMax0, 2 * WG);
+          const volatile float* back = my_max;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mu = back[8 * r];
+            l_r[r] = l_r[r] * f[r] + row_exp(r, mu == -INFINITY ? 0.f : mu);
+          }
+        } else {
+          if (t4 == 0) {
+            my_max[0] = m0[0];
+            my_max[8] = m0[1];
+          }
+          bar_arrive(kBarPairMax0, 2 * WG);
         }
-        bar_arrive(kBarPairMax0, 2 * WG);
         rescale_o(f);
         // our half of P V (a), P from registers
 #pragma unroll
@@ -436,22 +453,46 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           mask(a + 1);
         }
         // the pair's max M from warpgroup 0's and our tile's; O to M
-        bar_sync(kBarPairMax0, 2 * WG);
-        const float* m0 = &sm.max[0][wr + g];
         float f[2];
+        auto give_max = [&]() {
+          if (t4 == 0) {
+            my_max[0] = m_r[0];
+            my_max[8] = m_r[1];
+          }
+          bar_arrive(kBarPairMax1, 2 * WG);
+        };
+        if constexpr (TV_MAX_FIRST) {
+          float mb[2];  // our tile's row maxima, before warpgroup 0's arrive
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
-          f[r] = factor(m_r[r], mm);
-          l_r[r] *= f[r];
-          if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
-          m_r[r] = mm;
+          for (int r = 0; r < 2; ++r) mb[r] = has_b ? row_max(r) : -INFINITY;
+          bar_sync(kBarPairMax0, 2 * WG);
+          const float* m0 = &sm.max[0][wr + g];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mm = has_b ? fmaxf(m0[8 * r], mb[r]) : m0[8 * r];
+            f[r] = factor(m_r[r], mm);
+            m_r[r] = mm;
+          }
+          give_max();
+          fence_s();
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            l_r[r] *= f[r];
+            if (has_b) l_r[r] += row_exp(r, m_r[r] == -INFINITY ? 0.f : m_r[r]);
+          }
+        } else {
+          bar_sync(kBarPairMax0, 2 * WG);
+          const float* m0 = &sm.max[0][wr + g];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
+            f[r] = factor(m_r[r], mm);
+            l_r[r] *= f[r];
+            if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
+            m_r[r] = mm;
+          }
+          give_max();
         }
-        if (t4 == 0) {
-          my_max[0] = m_r[0];
-          my_max[8] = m_r[1];
-        }
-        bar_arrive(kBarPairMax1, 2 * WG);
         rescale_o(f);
         // P (b) to warpgroup 0; our half of P V (b), P from registers
         if (has_b) {

@@ -28,7 +28,15 @@ METRICS = (
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
     "lts__t_bytes.sum",
     "launch__registers_per_thread",
+    # how evenly the SMs are busy over the launch, and at what clock
+    "sm__cycles_active.avg",
+    "sm__cycles_active.min",
+    "sm__cycles_active.max",
+    "gpc__cycles_elapsed.avg.per_second",
+    "lts__t_sector_hit_rate.pct",
+    "dram__bytes_read.sum",
 )
+SHOWN = METRICS[:6] + METRICS[-6:]
 
 
 def parse_impl(text: str) -> tuple[str, dict[str, int]]:
@@ -119,7 +127,7 @@ def main(out: str, shapes: str, impls: str) -> None:
                 rows.append(
                     dict(shape=s, impl=i, kernel=r["Kernel Name"], metrics={m: r[m] for m in METRICS if m in r})
                 )
-                print(s, i, {m: r[m] for m in METRICS[:6] if m in r}, flush=True)
+                print(s, i, {m: r[m] for m in SHOWN if m in r}, flush=True)
     Path(out).write_text(
         json.dumps({"kind": "ncu_counters", "machine": machine_metadata(), "rows": rows}, indent=1, default=float)
     )
