@@ -19,8 +19,8 @@
 //   (4) Q K^T (t) done: softmax, P (t) and the row factors into shared memory, arrive P (t);
 //   (5) rescale O by alpha (t), issue P V (t), P from registers.
 // A tile lands in 3 parts of 3 column blocks, each on its own mbarrier (cp.async.mbarrier.arrive),
-// so Q K^T starts on the first. Only this schedule has TV_TRACE=1 (the per-tile timeline of one
-// CTA, tvsee::Event; specdiag.bench.trace).
+// so Q K^T starts on the first. TV_TRACE=1: the timeline of one CTA, per tile in turns
+// (tvsee::Event), per pair in the pair schedule (tvsee::PairEvent); specdiag.bench.trace.
 // Both schedules mask a tree tile from two words of the host's packed ancestor mask
 // (VerifyParams::tree_bits); TV_MASK_BITS=0 loads each key's mask byte instead.
 // TV_SKIP (a -D bitmask of tvg::Skip) builds the stage ablations of either: results wrong by design.
@@ -41,6 +41,12 @@
 #endif
 #ifndef TV_MAX_FIRST
 #define TV_MAX_FIRST 0  // 1: in the pair schedule each warpgroup hands its max over before its exponents
+#endif
+#ifndef TV_SOFTMAX_BLOCK
+#define TV_SOFTMAX_BLOCK 0  // 1: in the pair schedule warpgroup 1's softmax of a whole pair is one branch-free block
+#endif
+#ifndef TV_FENCE_LATE
+#define TV_FENCE_LATE 0  // 1: in the pair schedule warpgroup 1 issues P V (b) between P (b)'s stores and their proxy fence
 #endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
@@ -124,6 +130,39 @@ __device__ __forceinline__ void trace(int who, int t, Event e) {
     if ((threadIdx.x & 127) == 0) trace_clock(who, t, e);
     if (who == 2 && threadIdx.x == NT - 32) trace_clock(who, t, e + 3);
   }
+}
+// the pair schedule's: row i of who's part of tv_trace is pair i (tiles 2 i, 2 i + 1), thread 0 of
+// each warpgroup; slot by role
+enum PairEvent : int {
+  // warpgroup 0
+  kW0Top = 0,       // loop top, Q K^T (a)'s early group about to be issued
+  kW0PrevPV = 1,    // P V (b - 2) done (its late group released)
+  kW0QKDone = 2,    // Q K^T (a) done
+  kW0MaxOut = 3,    // its max handed over (PAIR_MAX0)
+  kW0PVDone = 4,    // P V (a) done
+  kW0MaxIn = 5,     // the pair's max received (PAIR_MAX1)
+  kW0POut = 6,      // P (a) stored and handed over (P0)
+  kW0PVIssued = 7,  // P (b) received, P V (b) issued
+  // warpgroup 1
+  kW1Top = 0,       // loop top
+  kW1QKDone = 1,    // Q K^T (b) done
+  kW1MaxIn = 2,     // warpgroup 0's max received
+  kW1MaxOut = 3,    // the pair's max handed over
+  kW1PVIssued = 4,  // P (b) handed over, P V (b) issued
+  kW1PIn = 5,       // P (a) received, P V (a) issued
+  kW1PVDone1 = 6,   // P V (b) done (its early group released)
+  kW1PVDone = 7,    // P V (a) done (its late group released)
+  // the loader (its first warp)
+  kLTop = 0,        // loop top
+  kLFreeE0 = 1,     // tile a's early group free, its copies next
+  kLFreeE1 = 2,
+  kLFreeL0 = 3,
+  kLFreeL1 = 4,
+  kLIssued = 5,     // the pair's copies issued
+};
+__device__ __forceinline__ void trace_pair(int who, int pair, PairEvent e) {
+  if (TV_TRACE && pair < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0)
+    trace_clock(who, pair, e);
 }
 __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
   if (TV_TRACE && (threadIdx.x & 127) == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) trace_clock(who, TRACE_TILES, e);
@@ -218,7 +257,6 @@ __device__ __forceinline__ float max_factor(float m_old, float m_new) { return e
 
 template <int = 0>
 __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) {
-  static_assert(TV_TRACE == 0, "TV_TRACE builds the turn-taking schedule: add TV_PAIR=0");
   Smem& sm = aligned_smem<Smem>();
   const uint32_t sQ = smem_u32(sm.q), sK = smem_u32(sm.stage);
   const uint32_t full0 = smem_u32(sm.full);
@@ -230,6 +268,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const int row0 = blockIdx.x * BM;
   const int split = blockIdx.y, b = blockIdx.z;
 
+  trace_kernel((int)opaque(wg), kEntry);
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
@@ -256,24 +295,33 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       load_q<BM, WG>(p, sQ, ld.t, b, row0);
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
+        const int i = a >> 1;
+        trace_pair(2, i, kLTop);
         // a stage's group is refilled once its last reader has freed it (the uses alternate: that
         // reader frees it again only after reading what this load puts there)
         if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
+        trace_pair(2, i, kLFreeE0);
         load_group(a, Const<0>{}, ka);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeE1, 2 * WG);
+          trace_pair(2, i, kLFreeE1);
           load_group(a + 1, Const<2>{}, kb);
         }
         if (a >= 2) bar_sync(kBarPairFreeL0, 2 * WG);
+        trace_pair(2, i, kLFreeL0);
         load_group(a, Const<1>{}, ka);
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
+          trace_pair(2, i, kLFreeL1);
           load_group(a + 1, Const<3>{}, kb);
         }
+        trace_pair(2, i, kLIssued);
         if (a + 2 < n) ld.pages(a + 2, ka);
         if (a + 3 < n) ld.pages(a + 3, kb);
       }
+      trace_kernel(2, kLoopEnd);
       cp_async_wait<0>();
+      trace_kernel(2, kDone);
     }
     return;
   }
@@ -330,7 +378,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
     auto p_of = [&](int tile) { return (tile & 1) ? p_odd : p_buf(stage(tile)); };
     const uint32_t stsm_row = p_stsm_row(wr, threadIdx.x & 31);
-    auto store_p = [&](int tile) {
+    auto store_p = [&](int tile, bool fence = true) {
       const uint32_t pb = p_of(tile);
       if constexpr (TV_P_STSM) {
 #pragma unroll
@@ -342,7 +390,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), pa[nt >> 1][2 * (nt & 1) + 1]);
         }
       }
-      fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
+      if (fence) fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
     };
     // the softmax's steps (TV_SKIP's kSkipSoftmax: no max, no exponent, every factor 1)
     auto row_max = [&](int r) {
@@ -365,18 +413,22 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       // ---- warpgroup 0: tiles a
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
+        const int i = a >> 1;
+        trace_pair(0, i, kW0Top);
         // Q K^T (a): the early group while P V (a - 1) may still run, then the late one
         fence_s();
         qk_group(a, Const<0>{});
         if (a >= 2) {
           wgmma_wait<1>();
           fence_o();
+          trace_pair(0, i, kW0PrevPV);
           if (a + 1 < n) bar_arrive(kBarPairFreeL1, 2 * WG);  // a - 1's late group (our V half and its P) is read
         }
         qk_group(a, Const<1>{});
         wgmma_wait<0>();
         fence_o();
         fence_s();
+        trace_pair(0, i, kW0QKDone);
         // softmax of tile a at its own max m0, which warpgroup 1 takes; O to m0
         mask(a);
         float m0[2], f[2];
@@ -392,6 +444,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           my_max[0] = m0[0];
           my_max[8] = m0[1];
           bar_arrive(kBarPairMax0, 2 * WG);
+          trace_pair(0, i, kW0MaxOut);
           const volatile float* back = my_max;
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -404,6 +457,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
             my_max[8] = m0[1];
           }
           bar_arrive(kBarPairMax0, 2 * WG);
+          trace_pair(0, i, kW0MaxOut);
         }
         rescale_o(f);
         // our half of P V (a), P from registers
@@ -414,9 +468,11 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         wgmma_commit();
         wgmma_wait<0>();
         fence_o();
+        trace_pair(0, i, kW0PVDone);
         if (a + 2 < n) bar_arrive(kBarPairFreeE0, 2 * WG);  // a's early group: only we read it
         // the pair's max M from warpgroup 1: P (a) and O to M, P (a) to warpgroup 1
         bar_sync(kBarPairMax1, 2 * WG);
+        trace_pair(0, i, kW0MaxIn);
         const float* mx = &sm.max[1][wr + g];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -428,6 +484,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         scale_packed(pa, f);
         store_p(a);
         bar_arrive(kBarP0, 2 * WG);
+        trace_pair(0, i, kW0POut);
         rescale_o(f);
         // our half of P V (b), P from its owner's buffer (left running into the next pair)
         if (has_b) {
@@ -435,6 +492,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           wgmma_fence();
           pv_ss(p_odd, stage(a + 1));
           wgmma_commit();
+          trace_pair(0, i, kW0PVIssued);
         }
       }
       wgmma_wait<0>();
@@ -443,6 +501,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       // ---- warpgroup 1: tiles b
       for (int a = 0; a < n; a += 2) {
         const bool has_b = a + 1 < n;
+        const int i = a >> 1;
+        trace_pair(1, i, kW1Top);
         if (has_b) {
           fence_s();
           qk_group(a + 1, Const<0>{});
@@ -450,6 +510,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           wgmma_wait<0>();
           fence_o();
           fence_s();
+          trace_pair(1, i, kW1QKDone);
           mask(a + 1);
         }
         // the pair's max M from warpgroup 0's and our tile's; O to M
@@ -466,6 +527,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
           for (int r = 0; r < 2; ++r) mb[r] = has_b ? row_max(r) : -INFINITY;
           bar_sync(kBarPairMax0, 2 * WG);
+          trace_pair(1, i, kW1MaxIn);
           const float* m0 = &sm.max[0][wr + g];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -474,6 +536,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
             m_r[r] = mm;
           }
           give_max();
+          trace_pair(1, i, kW1MaxOut);
           fence_s();
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -482,16 +545,28 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           }
         } else {
           bar_sync(kBarPairMax0, 2 * WG);
+          trace_pair(1, i, kW1MaxIn);
           const float* m0 = &sm.max[0][wr + g];
+          if (TV_SOFTMAX_BLOCK && has_b) {  // (no branch inside: ptxas interleaves the two rows)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
-            f[r] = factor(m_r[r], mm);
-            l_r[r] *= f[r];
-            if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
-            m_r[r] = mm;
+            for (int r = 0; r < 2; ++r) {
+              const float mm = fmaxf(m0[8 * r], row_max(r));
+              f[r] = factor(m_r[r], mm);
+              l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
+              m_r[r] = mm;
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
+              f[r] = factor(m_r[r], mm);
+              l_r[r] *= f[r];
+              if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
+              m_r[r] = mm;
+            }
           }
           give_max();
+          trace_pair(1, i, kW1MaxOut);
         }
         rescale_o(f);
         // P (b) to warpgroup 0; our half of P V (b), P from registers
@@ -499,12 +574,17 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
           for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
           if constexpr (!TV_PV_FIRST) {
-            store_p(a + 1);
-            bar_arrive(kBarP1, 2 * WG);
+            store_p(a + 1, !TV_FENCE_LATE);
+            if (!TV_FENCE_LATE) bar_arrive(kBarP1, 2 * WG);
           }
           wgmma_fence();
           pv_rs(stage(a + 1));
           wgmma_commit();
+          trace_pair(1, i, kW1PVIssued);
+          if constexpr (TV_FENCE_LATE && !TV_PV_FIRST) {  // (P V (b) reads no P from shared memory)
+            fence_proxy_async();
+            bar_arrive(kBarP1, 2 * WG);
+          }
           // (the stores read the P V's A fragments before its wait, as FlashMLA's sparse prefill
           // does; PTX leaves that undefined: the float64 check decides)
           if constexpr (TV_PV_FIRST) {
@@ -517,13 +597,16 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         wgmma_fence();
         pv_ss(p_buf(stage(a)), stage(a));
         wgmma_commit();
+        trace_pair(1, i, kW1PIn);
         if (has_b) {
           wgmma_wait<1>();
           fence_o();
+          trace_pair(1, i, kW1PVDone1);
           if (a + 3 < n) bar_arrive(kBarPairFreeE1, 2 * WG);  // b's early group: only we read it
         }
         wgmma_wait<0>();
         fence_o();
+        trace_pair(1, i, kW1PVDone);
         if (a + 2 < n) bar_arrive(kBarPairFreeL0, 2 * WG);  // a's late group (our V half and its P) is read
       }
     }
@@ -534,8 +617,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     else
       math(Const<1>{});
   }
+  trace_kernel(c, kLoopEnd);
 
   write_rows(p, sm, o, m_r, l_r, c, wr, g, t4, row0, split, b);
+  trace_kernel(c, kDone);
 }
 
 // (a template: the schedule not built is not instantiated)

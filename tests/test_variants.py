@@ -51,11 +51,32 @@ def test_parse_shapes():
             parse_shapes(bad)
 
 
-def test_seesaw_trace_refuses_the_pair_schedule():
-    from specdiag.bench.trace import trace_seesaw
+def test_seesaw_traces_refuse_the_other_schedule():
+    from specdiag.bench.trace import trace_pairs, trace_seesaw
 
     with pytest.raises(ValueError, match="TV_PAIR must be 0"):
         trace_seesaw(32768, 8, 9, defines={"TV_PAIR": 1})
+    with pytest.raises(ValueError, match="TV_PAIR=0 is trace_seesaw's"):
+        trace_pairs(32768, 8, 9, defines={"TV_PAIR": 0})
+
+
+def test_pair_timeline_puts_each_role_after_warpgroup_0s_top():
+    """pair_timeline: every role's events of pair i as cycles after warpgroup 0's loop top of pair
+    i, the period per tile from one top to the next, and an unrecorded event NaN."""
+    from specdiag.bench.trace import PAIR_EVENTS, pair_timeline
+
+    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    tops = 10_000 + 5000 * np.arange(4)  # four pairs, 2,500 cycles a tile
+    for who, names in enumerate(PAIR_EVENTS):
+        for slot in range(len(names)):
+            raw[who, :4, slot] = tops + 100 * slot - (3000 if who == 2 else 0)  # the loader a pair ahead
+    raw[1, 2, PAIR_EVENTS[1].index("max_in")] = 0  # not recorded
+    tl = pair_timeline(raw, n_tiles=7)  # 7 tiles: 4 pairs, the last one short
+    assert tl["w0.top"].tolist() == [0, 0, 0, 0]
+    assert tl["w1.pv_done"].tolist() == [700] * 4 and tl["ld.free_e0"].tolist() == [-2900] * 4
+    assert np.isnan(tl["w1.max_in"][2]) and tl["w1.max_in"][1] == 200
+    assert tl["period"][:3].tolist() == [2500, 2500, 2500] and np.isnan(tl["period"][3])
+    assert len(tl) == sum(len(n) for n in PAIR_EVENTS) + 1
 
 
 def test_trace_impls_are_the_kernels_with_a_traced_build():
@@ -80,7 +101,6 @@ def test_trace_impls_are_the_kernels_with_a_traced_build():
         ["trace", "--impl", "mma"],  # no TV_TRACE build
         ["trace", "--impl", "wgmma_wide", "--tree-split", "--prefix-splits", "4"],
         ["trace", "--tree-split"],  # the seesaw's trace has no CTA choice
-        ["trace", "--defines", "TV_PAIR=1"],  # the seesaw's trace build is the turn-taking schedule's
         ["ablate", "--impl", "mma"],  # no TV_SKIP stage switches
         ["ablate", "--shapes", "185000x8"],
         ["ablate", "--page-sizes", "one"],
@@ -188,14 +208,12 @@ def test_wide_traced_build_records_the_clock():
 @pytest.mark.sass
 def test_traced_build_records_the_clock_and_the_default_build_does_not():
     spec = KERNELS["wgmma_seesaw"]
-    traced = {"TV_TRACE": 1, "TV_PAIR": 0}  # (the turn-taking schedule's: the pair schedule has none)
-    f = kernels.nvcc_check(spec.source, defines=traced)[spec.entry]
-    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
-    assert "SR_CLOCKLO" in kernels.sass(spec.source, defines=traced)
+    for traced in ({"TV_TRACE": 1, "TV_PAIR": 0}, {"TV_TRACE": 1}):  # tiles in turns; pairs
+        f = kernels.nvcc_check(spec.source, defines=traced)[spec.entry]
+        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, traced
+        assert "SR_CLOCKLO" in kernels.sass(spec.source, defines=traced), traced
     for untraced in ({}, {"TV_PAIR": 0}):
         assert "SR_CLOCKLO" not in kernels.sass(spec.source, defines=untraced)
-    with pytest.raises(RuntimeError, match="add TV_PAIR=0"):
-        kernels.nvcc_check(spec.source, defines={"TV_TRACE": 1})
 
 
 @pytest.mark.sass
@@ -281,6 +299,30 @@ def test_trace_and_variants_on_the_gpu():
     assert (steady > 0).all() and (np.diff(steady[:, 2:], axis=1) >= 0).all()  # part0 <= ... <= pv_issued
     ph = r["phases"]  # the whole kernel: start, first tile, loop, epilogue, in that order
     assert all(ph[k] > 0 for k in ("prologue", "loop", "epilogue")) and ph["total"] >= ph["prologue"] + ph["loop"]
+    entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
+    assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
+
+
+@pytest.mark.gpu
+def test_pair_trace_on_the_gpu():
+    """The pair schedule's traced build gives the default build's bits, and each steady pair has
+    every role's events, each role's in the kernel's order."""
+    import torch
+
+    from specdiag.bench.trace import trace_pairs
+    from specdiag.bench.variants import identity
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the seesaw kernel needs sm_90")
+    rows = identity("wgmma_seesaw", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
+    assert rows[0]["bit_identical"]
+    r = trace_pairs(32768, 8, 65, page_size=1)  # 37 tiles per split: 19 pairs
+    ev = np.array(r["events"], dtype=np.float64)  # [3, pairs, 8]
+    steady = ev[:, 2 : ev.shape[1] - 2]
+    assert steady.shape[1] > 8
+    for who, n in enumerate((8, 8, 6)):
+        assert (steady[who, :, :n] > 0).all() and (np.diff(steady[who, :, :n], axis=1) >= 0).all(), who
+    assert r["median_cycles"]["period"] > 0 and r["median_cycles"]["w1.pv_done"] > 0
     entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
     assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
 

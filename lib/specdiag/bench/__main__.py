@@ -20,7 +20,7 @@ MODES = {
     "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
     "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
-    "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel or --impl wgmma_wide, per shape",
+    "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel (tiles in turns; its pair schedule with --defines TV_PAIR=1) or --impl wgmma_wide, per shape",
     "stalls": "where the warps wait: ncu's stall sampling per warp role, seesaw or --impl wgmma_wide (--shapes)",
 }
 
@@ -118,8 +118,6 @@ def main(argv=None) -> int:
                 raise ValueError("check --defines needs --impl: the kernel whose source they switch")
             if a.mode == "stalls" and variants:
                 raise ValueError("stalls samples the default build only")
-            if a.mode == "trace" and kernel == "wgmma_seesaw" and any(v.get("TV_PAIR", 0) for v in variants):
-                raise ValueError("the seesaw kernel's trace build is its turn-taking schedule's (TV_PAIR=0)")
             check_switches(kernel, variants)
         except ValueError as e:
             print(f"bad --defines: {e}", file=sys.stderr)
@@ -211,7 +209,7 @@ def main(argv=None) -> int:
         save(a.out, "variants", {"ceilings": ceilings, "identity": ident, "rows": rows})
         return 0 if all(r["bit_identical"] for r in ident) else 1
     if a.mode == "trace":
-        from .trace import TRACE_SHAPES, trace_seesaw, trace_wide
+        from .trace import TRACE_SHAPES, trace_pairs, trace_seesaw, trace_wide
 
         runs = []
         for ctx, heads, nodes in shapes or TRACE_SHAPES:
@@ -222,8 +220,9 @@ def main(argv=None) -> int:
                             ctx, heads, nodes, page_size=ps, defines=v, tree=a.tree_split, prefix_splits=a.prefix_splits
                         )
                         ph = {"tops": [round(x) for x in r["top_cycles"][:4]], **r["clock"]}
-                    else:
-                        r = trace_seesaw(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
+                    else:  # tiles in turns unless TV_PAIR=1 is asked
+                        how = trace_pairs if v.get("TV_PAIR", 0) else trace_seesaw
+                        r = how(ctx, heads, nodes, page_size=ps, defines=v, prefix_splits=a.prefix_splits)
                         ph = {k: round(x) if x == x else x for k, x in r["phases"].items()}
                     runs.append(r)
                     med = {k: round(x) if x == x else x for k, x in r["median_cycles"].items()}

@@ -1,8 +1,9 @@
 """Per-tile timelines of the seesaw and wide kernels: a ``TV_TRACE=1`` build records ``clock64()``
 at each event of its first tiles in one CTA, (0, 0, 0) or for the wide kernel any split's
-(``tvsee::Event`` in kernels/tree_verify_seesaw.cu, ``tvwide::Event`` in
-kernels/tree_verify_wide.cu); ``intervals`` and ``wide_intervals`` turn the events into the waits
-of each tile, in SM cycles."""
+(``tvsee::Event`` and, for the seesaw kernel's pair schedule, ``tvsee::PairEvent`` in
+kernels/tree_verify_seesaw.cu; ``tvwide::Event`` in kernels/tree_verify_wide.cu); ``intervals``,
+``pair_timeline`` and ``wide_intervals`` turn the events into the waits of each tile or pair, in
+SM cycles."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ __all__ = [
     "phases",
     "summarize",
     "trace_seesaw",
+    "PAIR_EVENTS",
+    "pair_timeline",
+    "trace_pairs",
     "WIDE_EVENTS",
     "wide_intervals",
     "wide_clock",
@@ -26,7 +30,7 @@ __all__ = [
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
-TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build (the seesaw's: TV_PAIR=0)
+TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
@@ -95,10 +99,10 @@ def trace_seesaw(
     context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, prefix_splits=None
 ) -> dict:
     """Run the traced seesaw build once (after a warm-up) on one request and return its events,
-    per-tile intervals and their medians. The trace is the turn-taking schedule's (``TV_PAIR=0``:
-    the default pair schedule has no trace build)."""
+    per-tile intervals and their medians. The trace is the turn-taking schedule's (``TV_PAIR=0``;
+    the pair schedule's is ``trace_pairs``)."""
     if (defines or {}).get("TV_PAIR", 0):
-        raise ValueError("the seesaw kernel's trace build is its turn-taking schedule's: TV_PAIR must be 0")
+        raise ValueError("trace_seesaw traces tiles in turns: TV_PAIR must be 0 (the pair schedule: trace_pairs)")
     d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 0}
     op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
     n_tiles = _tiles_per_split(op)
@@ -112,6 +116,56 @@ def trace_seesaw(
         median_cycles=summarize(iv),
         phases=phases(raw[:, TRACE_TILES], first_part0),
         events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
+        kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
+    )
+
+
+# tvsee::PairEvent, per role (row `who` of the buffer; its row i is pair i: tiles 2 i and 2 i + 1)
+PAIR_EVENTS = (
+    ("top", "prev_pv_done", "qk_done", "max_out", "pv_done", "max_in", "p_out", "pv_b_issued"),  # warpgroup 0
+    ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done"),  # warpgroup 1
+    ("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued"),  # the loader's first warp
+)
+PAIR_ROLES = ("w0", "w1", "ld")
+
+
+def pair_timeline(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
+    """Per pair of tiles, every role's events in cycles after warpgroup 0's loop top of the same
+    pair (``"w1.qk_done"``, ``"ld.free_e0"``: the loader's events of pair i are the copies of its
+    tiles, so they come before that top), and ``period``: the cycles a tile from one top to the
+    next, over two; NaN where an event was not recorded. ``raw`` [3, TRACE_TILES, 8] (uint64)."""
+    n = min((n_tiles + 1) // 2, raw.shape[1])
+    ev = np.where(raw[:, :n] == 0, np.nan, raw[:, :n].astype(np.float64))
+    top = ev[0, :, 0]
+    out = {
+        f"{role}.{name}": ev[who, :, slot] - top
+        for who, (role, names) in enumerate(zip(PAIR_ROLES, PAIR_EVENTS))
+        for slot, name in enumerate(names)
+    }
+    out["period"] = np.concatenate([(top[1:] - top[:-1]) / 2, [np.nan]])
+    return out
+
+
+def trace_pairs(
+    context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, prefix_splits=None
+) -> dict:
+    """The seesaw kernel's pair schedule traced once (after a warm-up) on one request: each pair's
+    events, their medians over the steady pairs as offsets from warpgroup 0's loop top
+    (``pair_timeline``), and the whole-kernel phases, with Q K^T of tile 0 done as the first
+    tile's end."""
+    if not (defines or {}).get("TV_PAIR", 1):
+        raise ValueError("trace_pairs traces the pair schedule: TV_PAIR=0 is trace_seesaw's")
+    d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 1}
+    op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
+    n_tiles = _tiles_per_split(op)
+    qk0 = raw[0, 0, PAIR_EVENTS[0].index("qk_done")]
+    return dict(
+        **_header(context, heads, nodes, page_size, d),
+        prefix_splits=op.plan.n_prefix_splits,
+        tiles=int(min(n_tiles, 2 * TRACE_TILES)),
+        median_cycles=summarize(pair_timeline(raw[:, :TRACE_TILES], n_tiles), skip=2),
+        phases=phases(raw[:, TRACE_TILES], float(qk0) if qk0 else float("nan")),
+        events=raw[:, : min((n_tiles + 1) // 2, TRACE_TILES), :].tolist(),
         kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
     )
 
