@@ -39,15 +39,6 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
-#ifndef TV_MAX_FIRST
-#define TV_MAX_FIRST 0  // 1: in the pair schedule each warpgroup hands its max over before its exponents
-#endif
-#ifndef TV_SOFTMAX_BLOCK
-#define TV_SOFTMAX_BLOCK 0  // 1: in the pair schedule warpgroup 1's softmax of a whole pair is one branch-free block
-#endif
-#ifndef TV_FENCE_LATE
-#define TV_FENCE_LATE 0  // 1: in the pair schedule warpgroup 1 issues P V (b) between P (b)'s stores and their proxy fence
-#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -436,29 +427,14 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         for (int r = 0; r < 2; ++r) {
           m0[r] = fmaxf(m_r[r], row_max(r));
           f[r] = factor(m_r[r], m0[r]);
-          if (!TV_MAX_FIRST) l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
+          l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
-        if constexpr (TV_MAX_FIRST) {
-          // every lane stores its row's max and reads it back after the arrive, which ties the
-          // exponents to it (an arrive orders memory only: ptxas moved them above it)
+        if (t4 == 0) {
           my_max[0] = m0[0];
           my_max[8] = m0[1];
-          bar_arrive(kBarPairMax0, 2 * WG);
-          trace_pair(0, i, kW0MaxOut);
-          const volatile float* back = my_max;
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float mu = back[8 * r];
-            l_r[r] = l_r[r] * f[r] + row_exp(r, mu == -INFINITY ? 0.f : mu);
-          }
-        } else {
-          if (t4 == 0) {
-            my_max[0] = m0[0];
-            my_max[8] = m0[1];
-          }
-          bar_arrive(kBarPairMax0, 2 * WG);
-          trace_pair(0, i, kW0MaxOut);
         }
+        bar_arrive(kBarPairMax0, 2 * WG);
+        trace_pair(0, i, kW0MaxOut);
         rescale_o(f);
         // our half of P V (a), P from registers
 #pragma unroll
@@ -513,84 +489,50 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           trace_pair(1, i, kW1QKDone);
           mask(a + 1);
         }
-        // the pair's max M from warpgroup 0's and our tile's; O to M
+        // the pair's max M from warpgroup 0's and our tile's; O to M (with our tile, one block of both
+        // rows: ptxas interleaves them)
+        bar_sync(kBarPairMax0, 2 * WG);
+        trace_pair(1, i, kW1MaxIn);
+        const float* m0 = &sm.max[0][wr + g];
         float f[2];
-        auto give_max = [&]() {
-          if (t4 == 0) {
-            my_max[0] = m_r[0];
-            my_max[8] = m_r[1];
-          }
-          bar_arrive(kBarPairMax1, 2 * WG);
-        };
-        if constexpr (TV_MAX_FIRST) {
-          float mb[2];  // our tile's row maxima, before warpgroup 0's arrive
-#pragma unroll
-          for (int r = 0; r < 2; ++r) mb[r] = has_b ? row_max(r) : -INFINITY;
-          bar_sync(kBarPairMax0, 2 * WG);
-          trace_pair(1, i, kW1MaxIn);
-          const float* m0 = &sm.max[0][wr + g];
+        if (has_b) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float mm = has_b ? fmaxf(m0[8 * r], mb[r]) : m0[8 * r];
+            const float mm = fmaxf(m0[8 * r], row_max(r));
             f[r] = factor(m_r[r], mm);
+            l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
             m_r[r] = mm;
           }
-          give_max();
-          trace_pair(1, i, kW1MaxOut);
-          fence_s();
+        } else {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
+            f[r] = factor(m_r[r], m0[8 * r]);
             l_r[r] *= f[r];
-            if (has_b) l_r[r] += row_exp(r, m_r[r] == -INFINITY ? 0.f : m_r[r]);
+            m_r[r] = m0[8 * r];
           }
-        } else {
-          bar_sync(kBarPairMax0, 2 * WG);
-          trace_pair(1, i, kW1MaxIn);
-          const float* m0 = &sm.max[0][wr + g];
-          if (TV_SOFTMAX_BLOCK && has_b) {  // (no branch inside: ptxas interleaves the two rows)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const float mm = fmaxf(m0[8 * r], row_max(r));
-              f[r] = factor(m_r[r], mm);
-              l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
-              m_r[r] = mm;
-            }
-          } else {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const float mm = has_b ? fmaxf(m0[8 * r], row_max(r)) : m0[8 * r];
-              f[r] = factor(m_r[r], mm);
-              l_r[r] *= f[r];
-              if (has_b) l_r[r] += row_exp(r, mm == -INFINITY ? 0.f : mm);
-              m_r[r] = mm;
-            }
-          }
-          give_max();
-          trace_pair(1, i, kW1MaxOut);
         }
+        if (t4 == 0) {
+          my_max[0] = m_r[0];
+          my_max[8] = m_r[1];
+        }
+        bar_arrive(kBarPairMax1, 2 * WG);
+        trace_pair(1, i, kW1MaxOut);
         rescale_o(f);
-        // P (b) to warpgroup 0; our half of P V (b), P from registers
+        // P (b) to warpgroup 0, its proxy fence after our half of P V (b) is issued (P from registers:
+        // it reads no P from shared memory)
         if (has_b) {
 #pragma unroll
           for (int kk = 0; kk < BN / 16; ++kk) tvc::pack_p(pa[kk], s, kk);
-          if constexpr (!TV_PV_FIRST) {
-            store_p(a + 1, !TV_FENCE_LATE);
-            if (!TV_FENCE_LATE) bar_arrive(kBarP1, 2 * WG);
-          }
+          if constexpr (!TV_PV_FIRST) store_p(a + 1, false);
           wgmma_fence();
           pv_rs(stage(a + 1));
           wgmma_commit();
           trace_pair(1, i, kW1PVIssued);
-          if constexpr (TV_FENCE_LATE && !TV_PV_FIRST) {  // (P V (b) reads no P from shared memory)
-            fence_proxy_async();
-            bar_arrive(kBarP1, 2 * WG);
-          }
           // (the stores read the P V's A fragments before its wait, as FlashMLA's sparse prefill
           // does; PTX leaves that undefined: the float64 check decides)
-          if constexpr (TV_PV_FIRST) {
-            store_p(a + 1);
-            bar_arrive(kBarP1, 2 * WG);
-          }
+          if constexpr (TV_PV_FIRST) store_p(a + 1, false);
+          fence_proxy_async();
+          bar_arrive(kBarP1, 2 * WG);
         }
         // our half of P V (a), P (a) at M from warpgroup 0
         bar_sync(kBarP0, 2 * WG);

@@ -832,9 +832,10 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
     bytes to its low word (tvg::desc_add; tests/cuda/wgmma_layout_check.cu checks the values). In
     the SASS nearly every Q K^T (S^T) wgmma then follows the one before it after at most 4
     instructions, with no R2UR: the thirty-second session's seesaw build spent 10-12 (two R2UR)
-    on each one's descriptors (docs/kernel_notes.md, thirty-third session). The pair schedule's
-    P V wgmmas follow each other after at most 5 instructions (2-13 before they were stepped,
-    thirty-fifth session)."""
+    on each one's descriptors (docs/kernel_notes.md, thirty-third session). Within each of the
+    pair schedule's P V the wgmmas follow each other after at most 5 instructions (2-13 before they
+    were stepped, thirty-fifth session); between warpgroup 1's two P V sit P (b)'s proxy fence and
+    hand-off (fortieth session)."""
     for name, dims, builds in (
         ("wgmma_seesaw", "64x64x16", ({}, {"TV_PAIR": 0})),
         ("wgmma_wide", "64x72x16", ({},)),
@@ -847,8 +848,9 @@ def test_wgmma_descriptors_are_a_base_plus_a_step():
             assert not any("R2UR" in ins[j] for a, b in steps for j in range(a + 1, b)), (name, d)
             assert sum(b - a - 1 <= 4 for a, b in steps) >= 0.85 * len(steps), (name, d)
     ins = [x for _, x in _sass_ins(KERNELS["wgmma_seesaw"].source)]
-    gaps = [b - a - 1 for a, b in _chain_steps(ins, "HGMMA.64x256x16")]
-    assert len(gaps) == 12 and max(gaps) <= 5, gaps
+    steps = _chain_steps(ins, "HGMMA.64x256x16")
+    gaps = [b - a - 1 for a, b in steps if not any("BAR." in ins[j] for j in range(a + 1, b))]
+    assert len(steps) == 12 and len(gaps) == 11 and max(gaps) <= 5, (steps, gaps)
 
 
 def _tool(folder: str, file: str):
@@ -892,17 +894,18 @@ def test_seesaw_pair_schedule_folds_the_scale_into_the_exponent():
 @pytest.mark.sass
 def test_seesaw_steady_loops_stay_lean():
     """tools/sass_loops/loops.py on the seesaw kernel without its masking branch (the no_mask
-    ablation, TV_SKIP=32): the pair schedule's two math loops run 629 and 874 instructions a pair
-    of tiles with 44 wgmmas each, and its loader's 307. FlashMLA's SM90 dense decode (the
-    sgl-flash-mla 1.0.0 wheel; its math warpgroups issue its TMA loads too) runs 756 and 940
-    (docs/kernel_notes.md, thirty-fifth session). The bounds sit just above ours; the default
-    build's loops hold the masking branch and are longer."""
+    ablation, TV_SKIP=32): the pair schedule's two math loops run 646 (warpgroup 1's, which holds
+    its softmax twice: both rows in one block for a pair, apart for a last lone tile) and 874
+    instructions a pair of tiles with 44 wgmmas each, and its loader's 307. FlashMLA's SM90 dense
+    decode (the sgl-flash-mla 1.0.0 wheel; its math warpgroups issue its TMA loads too) runs 756
+    and 940 (docs/kernel_notes.md, thirty-fifth and fortieth sessions). The bounds sit just above
+    ours; the default build's loops hold the masking branch and are longer."""
     tool = _sass_loops_tool()
     source = KERNELS["wgmma_seesaw"].source
     lean = tool.loops(kernels.sass(source, defines={"TV_SKIP": 32}))
     mma = [sum("HGMMA" in x for x in lp["body"]) for lp in lean]
     sizes = [len(lp["body"]) for lp in lean]
-    assert mma == [44, 44, 0] and sizes[0] <= 640 and sizes[1] <= 890 and sizes[2] <= 310, sizes
+    assert mma == [44, 44, 0] and sizes[0] <= 660 and sizes[1] <= 890 and sizes[2] <= 310, sizes
     assert sum(kernels.opcode(x) == "LDGSTS" for x in lean[2]["body"]) == 72
     full = [len(lp["body"]) for lp in tool.loops(kernels.sass(source))]
     assert full[0] > sizes[0] and full[1] > sizes[1] and full[2] == sizes[2], (full, sizes)

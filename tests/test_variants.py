@@ -236,12 +236,11 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
 @pytest.mark.sass
 def test_pair_schedule_switches_build_clean_and_change_what_they_name():
     """TV_P_STSM=1 stores P with stmatrix (4 a tile at each of the two store sites, no STSM in the
-    default build); TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V; TV_MAX_FIRST=1 hands
-    each warpgroup's max over before its exponents: each builds without spills or serialised wgmma,
-    and each differs from the default build."""
+    default build); TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V: both build without
+    spills or serialised wgmma, and each differs from the default build."""
     spec = KERNELS["wgmma_seesaw"]
     default = kernels.sass(spec.source)
-    for name in ("TV_P_STSM", "TV_PV_FIRST", "TV_MAX_FIRST"):
+    for name in ("TV_P_STSM", "TV_PV_FIRST"):
         f = kernels.nvcc_check(spec.source, defines={name: 1})[spec.entry]
         assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, name
         listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))

@@ -20,7 +20,8 @@ MODES = {
     "sanitize": "compute-sanitizer memcheck, racecheck, synccheck over every kernel",
     "engine": "the adapter on the engine's tensors against the real sglang kernel, and the step's time",
     "variants": "compile-time variants of a kernel (--defines): bit-identity, then time beside FlashMLA",
-    "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel (tiles in turns; its pair schedule with --defines TV_PAIR=1) or --impl wgmma_wide, per shape",
+    "trace": "per-tile timeline (clock64 events of one CTA) of the seesaw kernel (tiles in turns; its pair "
+    "schedule with --defines TV_PAIR=1) or --impl wgmma_wide, per shape",
     "stalls": "where the warps wait: ncu's stall sampling per warp role, seesaw or --impl wgmma_wide (--shapes)",
 }
 
