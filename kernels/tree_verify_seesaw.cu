@@ -217,9 +217,9 @@ __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, 
 
 // ---- TV_PAIR=1: the pair schedule (FlashMLA's SM90 order; our own code, the fifteenth session's
 // be698d1 on today's helpers). Tiles go in pairs (a = 2i in stage 0, b = 2i + 1 in stage 1); math
-// warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one max:
-// warpgroup 1 takes warpgroup 0's and its own tile's, and warpgroup 0 rescales P (a) and its O to
-// it. Each warpgroup keeps its half of O and adds both tiles' P V: its own P from registers, the
+// warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one reference
+// max, moved only past RESCALE_SLACK: warpgroup 1 takes warpgroup 0's and its own tile's, and
+// warpgroup 0 rescales P (a) and its O to it. Each warpgroup keeps its half of O and adds both tiles' P V: its own P from registers, the
 // other's from shared memory (P (a) in its stage's rope block, P (b) in a buffer of its own). A
 // stage's column blocks land and are freed in two groups: the early group is read only by its
 // owner (Q K^T, then its V half), the late group also by the other warpgroup (its V half, and in
@@ -393,6 +393,9 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       return tvc::exp2_row<BN, FAST_EXP, true>(s, r, m, p.scale_log2);
     };
     auto factor = [&](float m_old, float m_new) { return runs(kSkipSoftmax) ? max_factor(m_old, m_new) : 1.f; };
+    // the reference max after a tile whose row max is mx, moved only by more than the slack (P <=
+    // 2^slack; on most tiles every factor is 1 and O, P (a) are not rescaled)
+    auto next_max = [&](float m_ref, float mx) { return mx > m_ref + RESCALE_SLACK ? mx : m_ref; };
     auto rescale_o = [&](const float (&f)[2]) {
       if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
     };
@@ -425,7 +428,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         float m0[2], f[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          m0[r] = fmaxf(m_r[r], row_max(r));
+          m0[r] = next_max(m_r[r], row_max(r));
           f[r] = factor(m_r[r], m0[r]);
           l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
@@ -457,7 +460,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           m_r[r] = mm;
           l_r[r] *= f[r];
         }
-        scale_packed(pa, f);
+        if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) scale_packed(pa, f);
         store_p(a);
         bar_arrive(kBarP0, 2 * WG);
         trace_pair(0, i, kW0POut);
@@ -498,7 +501,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         if (has_b) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float mm = fmaxf(m0[8 * r], row_max(r));
+            const float mm = next_max(m0[8 * r], row_max(r));
             f[r] = factor(m_r[r], mm);
             l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
             m_r[r] = mm;
