@@ -39,9 +39,6 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
-#ifndef TV_P_EARLY
-#define TV_P_EARLY 0  // 1: in the pair schedule warpgroup 0 stores P (a) before it waits for the pair's max
-#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -452,7 +449,6 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         fence_o();
         trace_pair(0, i, kW0PVDone);
         if (a + 2 < n) bar_arrive(kBarPairFreeE0, 2 * WG);  // a's early group: only we read it
-        if constexpr (TV_P_EARLY) store_p(a);  // (at m0: stored again below if M moved past it)
         // the pair's max M from warpgroup 1: P (a) and O to M, P (a) to warpgroup 1
         bar_sync(kBarPairMax1, 2 * WG);
         trace_pair(0, i, kW0MaxIn);
@@ -464,11 +460,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           m_r[r] = mm;
           l_r[r] *= f[r];
         }
-        if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) {
-          scale_packed(pa, f);
-          if (TV_P_EARLY) store_p(a);
-        }
-        if (!TV_P_EARLY) store_p(a);
+        if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) scale_packed(pa, f);
+        store_p(a);
         bar_arrive(kBarP0, 2 * WG);
         trace_pair(0, i, kW0POut);
         rescale_o(f);
