@@ -127,7 +127,7 @@ __device__ __forceinline__ void trace(int who, int t, Event e) {
 enum PairEvent : int {
   // warpgroup 0
   kW0Top = 0,       // loop top, Q K^T (a)'s early group about to be issued
-  kW0PrevPV = 1,    // P V (b - 2) done (its late group released)
+  kW0PrevPV = 1,    // P V (a - 1) done (its late group released)
   kW0QKDone = 2,    // Q K^T (a) done
   kW0MaxOut = 3,    // its max handed over (PAIR_MAX0)
   kW0PVDone = 4,    // P V (a) done
@@ -219,11 +219,12 @@ __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, 
 // be698d1 on today's helpers). Tiles go in pairs (a = 2i in stage 0, b = 2i + 1 in stage 1); math
 // warpgroup 0 owns a, 1 owns b, and both compute their Q K^T at once. The pair shares one reference
 // max, moved only past RESCALE_SLACK: warpgroup 1 takes warpgroup 0's and its own tile's, and
-// warpgroup 0 rescales P (a) and its O to it. Each warpgroup keeps its half of O and adds both tiles' P V: its own P from registers, the
-// other's from shared memory (P (a) in its stage's rope block, P (b) in a buffer of its own). A
-// stage's column blocks land and are freed in two groups: the early group is read only by its
-// owner (Q K^T, then its V half), the late group also by the other warpgroup (its V half, and in
-// stage 0 P (a)); the loader refills a group once its last reader frees it.
+// warpgroup 0 rescales P (a) and its O to it. Each warpgroup keeps its half of O and adds both
+// tiles' P V: its own P from registers, the other's from shared memory (P (a) in its stage's rope
+// block, P (b) in a buffer of its own). A stage's column blocks land and are freed in two groups:
+// the early group is read only by its owner (Q K^T, then its V half), the late group also by the
+// other warpgroup (its V half, and in stage 0 P (a)); the loader refills a group once its last
+// reader frees it.
 constexpr int GROUPS = 2, EARLY_BLOCKS = 4, LATE_BLOCKS = NB - EARLY_BLOCKS;
 constexpr int PAIR_MATH_REGS = 224, PAIR_LOAD_REGS = 56;
 static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
@@ -423,7 +424,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         fence_o();
         fence_s();
         trace_pair(0, i, kW0QKDone);
-        // softmax of tile a at its own max m0, which warpgroup 1 takes; O to m0
+        // softmax of tile a at its own reference max m0, which warpgroup 1 takes; O to m0
         mask(a);
         float m0[2], f[2];
 #pragma unroll
