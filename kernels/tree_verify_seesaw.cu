@@ -123,7 +123,8 @@ __device__ __forceinline__ void trace(int who, int t, Event e) {
   }
 }
 // the pair schedule's: row i of who's part of tv_trace is pair i (tiles 2 i, 2 i + 1), thread 0 of
-// each warpgroup; slot by role
+// each warpgroup; slot by role. (An event just after a bar.sync may be read before its wait ends:
+// ptxas emits BAR.SYNC.DEFER_BLOCKING.)
 enum PairEvent : int {
   // warpgroup 0
   kW0Top = 0,       // loop top, Q K^T (a)'s early group about to be issued

@@ -133,7 +133,9 @@ def pair_timeline(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     """Per pair of tiles, every role's events in cycles after warpgroup 0's loop top of the same
     pair (``"w1.qk_done"``, ``"ld.free_e0"``: the loader's events of pair i are the copies of its
     tiles, so they come before that top), and ``period``: the cycles a tile from one top to the
-    next, over two; NaN where an event was not recorded. ``raw`` [3, TRACE_TILES, 8] (uint64)."""
+    next, over two; NaN where an event was not recorded. ``raw`` [3, TRACE_TILES, 8] (uint64). An
+    event just after a bar.sync (``max_in``, ``p_in``, the loader's ``free_*``) can read the clock
+    before the wait ends (BAR.SYNC.DEFER_BLOCKING): measure intervals from arrives and wgmma waits."""
     n = min((n_tiles + 1) // 2, raw.shape[1])
     ev = np.where(raw[:, :n] == 0, np.nan, raw[:, :n].astype(np.float64))
     top = ev[0, :, 0]
