@@ -597,7 +597,7 @@ def test_session39_recordings_hold_what_the_notes_say():
 def test_session40_recordings_hold_what_the_notes_say():
     """data/history/session40_h100.json (H100): the ratios of the fortieth session's table (medians
     of four timings a side, to three places); the cycles a tile of ours and FlashMLA's split kernel
-    from Nsight Compute before (run 2) and after (run 9); the pair trace's periods and warpgroup 1's
+    from Nsight Compute before (run 2) and after (run 9), and at many rows (run 10); the pair trace's periods and warpgroup 1's
     softmax; the stall samples; every build checked passed float64; the sanitizers; and the notes
     print data/peers_h100.json's targets (run 8) as analysis.peer_targets gives them
     (docs/kernel_notes.md, fortieth session)."""
@@ -625,6 +625,13 @@ def test_session40_recordings_hold_what_the_notes_say():
     assert per_tile("run2_counters", "flashmla") == (127195, 220199, 2514)
     assert per_tile("run9_counters", "native") == (128063, 229141, 2732)
     assert per_tile("run9_counters", "flashmla") == (127474, 220617, 2517)
+    many = {(r["shape"], r["impl"]): r["metrics"]["gpc__cycles_elapsed.max"] for r in runs["run10_counters"]["rows"]}
+    assert [many[s, i] for s in ("32768x128x65", "65536x64x65") for i in ("native", "flashmla")] == [
+        1444651,
+        1372461,
+        1444919,
+        1381220,
+    ]
 
     def trace(run: str, defines: dict) -> dict:
         (r,) = [r for r in runs[run]["runs"] if r["defines"] == {**defines, "TV_TRACE": 1} and r["heads"] == 8]
