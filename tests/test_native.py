@@ -665,6 +665,9 @@ def test_session40_recordings_hold_what_the_notes_say():
     for t in analysis.peer_targets(table):
         line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
         assert notes.count(line) == 2, line  # the head of the notes and the session's section
+    many = table[(table.context >= 32768) & (table.rows >= 2000)]
+    over = many[many["native / floor"] > 1.1]
+    assert len(many) == 12 and sorted(zip(over.context, over.heads, over.nodes)) == [(32768, 8, 257), (185000, 128, 65)]
 
 
 def test_merge_cost_counts_the_partials_past_the_free_bytes():
