@@ -398,8 +398,9 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // the reference max after a tile whose row max is mx, moved only by more than the slack (P <=
     // 2^slack; on most tiles every factor is 1 and O, P (a) are not rescaled)
     auto next_max = [&](float m_ref, float mx) { return mx > m_ref + RESCALE_SLACK ? mx : m_ref; };
+    auto any_factor = [&](const float (&f)[2]) { return __any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f); };
     auto rescale_o = [&](const float (&f)[2]) {
-      if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) tvc::rescale_rows(o, f);
+      if (any_factor(f)) tvc::rescale_rows(o, f);
     };
     float* const my_max = &sm.max[C][wr + g];
     auto pv_rs = [&](uint32_t tile_base) { pv_regs<C>(o, pa, tile_base); };
@@ -462,7 +463,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           m_r[r] = mm;
           l_r[r] *= f[r];
         }
-        if (__any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) scale_packed(pa, f);
+        if (any_factor(f)) scale_packed(pa, f);
         store_p(a);
         bar_arrive(kBarP0, 2 * WG);
         trace_pair(0, i, kW0POut);
