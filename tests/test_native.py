@@ -441,6 +441,21 @@ def _median_times(runs: dict, *keys: str) -> dict:
     return {s: statistics.median(v) for s, v in _timings(runs, *keys).items()}
 
 
+def _assert_checks_passed(runs: dict, *keys: str) -> None:
+    """Each recorded ``bench check`` (float64, poisoned buffers) ran its 12 cases and passed them."""
+    from specdiag.bench.checks import passed
+
+    for k in keys:
+        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+
+
+def _assert_sanitized(rows: list, racecheck_pairs: int) -> None:
+    """A ``bench sanitize`` recording's rows: memcheck and synccheck clean, racecheck at so many code pairs."""
+    tools = {r["tool"]: r for r in rows}
+    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
+    assert len(tools["racecheck"]["hazard_pcs"]) == racecheck_pairs
+
+
 def _ratio_summary(runs: dict, a: str, b: str) -> tuple:
     """Side b over side a (each the median of its ``_1`` and ``_2`` timings) shape by shape: the
     count, least, most and median, to three places, as ratios.py prints them."""
@@ -460,7 +475,6 @@ def test_session33_recordings_hold_what_the_notes_say():
     build checked passed float64; and the notes print run 5's targets as analysis.peer_targets
     gives them (docs/kernel_notes.md, thirty-third session)."""
     from specdiag import analysis
-    from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session33_h100.json").read_text())
     math = {}
@@ -479,8 +493,9 @@ def test_session33_recordings_hold_what_the_notes_say():
     assert len(turns) == 35
     for s in turns:
         assert pair[s] / turns[s] < (1.005 if s[1] * s[2] >= 2048 else 1.035), (s, pair[s] / turns[s])
-    for k in ("run1_check_seesaw_pair2", "run3_check_seesaw_desc", "run3_check_wide_desc", "run3_check_pair_desc"):
-        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+    _assert_checks_passed(
+        runs, "run1_check_seesaw_pair2", "run3_check_seesaw_desc", "run3_check_wide_desc", "run3_check_pair_desc"
+    )
     notes = (ROOT / "docs" / "kernel_notes.md").read_text()
     table = analysis.peer_table(analysis.peers_frame(runs["run5_peers"]))
     for t in analysis.peer_targets(table):
@@ -496,7 +511,6 @@ def test_session34_recordings_hold_what_the_notes_say():
     the thirty-third session's timings spread in both schedules (the notes' Next, item 4;
     docs/kernel_notes.md, thirty-fourth session). Its peers run was data/peers_h100.json until
     the thirty-ninth session's replaced it."""
-    from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session34_h100.json").read_text())
 
@@ -507,8 +521,7 @@ def test_session34_recordings_hold_what_the_notes_say():
         )
         ratios = {s: round(b[s] / a[s], 3) for s in a}
         assert len(ratios) == n and min(ratios.values()) == lo and max(ratios.values()) == hi, ratios
-    for k in ("run1_check_pair", "run1_check_turns", "run1_check_wide", "run2_check_wide"):
-        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+    _assert_checks_passed(runs, "run1_check_pair", "run1_check_turns", "run1_check_wide", "run2_check_wide")
     spread = {}  # the thirty-third session's run 4: both schedules' timings spread at large shapes
     prev = json.loads((ROOT / "data" / "history" / "session33_h100.json").read_text())
     for side in ("turns", "pair"):
@@ -518,9 +531,7 @@ def test_session34_recordings_hold_what_the_notes_say():
         sum(x > 1.03 for x in spread["turns"].values()) == 18 and sum(x > 1.03 for x in spread["pair"].values()) == 22
     )
     assert round(max(spread["turns"].values()), 3) == 1.113 and round(max(spread["pair"].values()), 3) == 1.184
-    tools = {r["tool"]: r for r in runs["run2_sanitizer"]["rows"]}
-    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
-    assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    _assert_sanitized(runs["run2_sanitizer"]["rows"], 4)
     probe = {r["impl"]: r for r in runs["run2_sanitizer"]["probe"] if r["tool"] == "racecheck"}
     assert probe["probe:bare_swapped"]["findings"] == probe["probe:bare_plain"]["findings"] == 1
 
@@ -576,7 +587,6 @@ def test_session39_recordings_hold_what_the_notes_say():
     passed float64; and the new default's memcheck and synccheck were clean and racecheck reported
     four code pairs (docs/kernel_notes.md, thirty-ninth session; its peers run, then
     data/peers_h100.json, is that file's version in git)."""
-    from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session39_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
@@ -587,22 +597,18 @@ def test_session39_recordings_hold_what_the_notes_say():
         ("run1_wbase", "run1_wps0", 4, 0.998, 1.012, 1.006),
     ):
         assert _ratio_summary(runs, a, b) == tuple(want), b
-    for k in ("run1_check_mask_bits", "run2_check_seesaw", "run2_check_turns"):
-        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
-    tools = {r["tool"]: r for r in runs["run2_sanitizer_seesaw"]["rows"]}
-    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
-    assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    _assert_checks_passed(runs, "run1_check_mask_bits", "run2_check_seesaw", "run2_check_turns")
+    _assert_sanitized(runs["run2_sanitizer_seesaw"]["rows"], 4)
 
 
 def test_session40_recordings_hold_what_the_notes_say():
     """data/history/session40_h100.json (H100): the ratios of the fortieth session's table (medians
     of four timings a side, to three places); the cycles a tile of ours and FlashMLA's split kernel
-    from Nsight Compute before (run 2) and after (run 9), and at many rows (run 10); the pair trace's periods and warpgroup 1's
-    softmax; the stall samples; every build checked passed float64; the sanitizers; and the notes
-    print data/peers_h100.json's targets (run 8) as analysis.peer_targets gives them
-    (docs/kernel_notes.md, fortieth session)."""
+    from Nsight Compute before (run 2) and after (run 9), and at many rows (run 10); the pair
+    trace's periods and warpgroup 1's softmax; the stall samples; every build checked passed
+    float64; the sanitizers; and the notes print data/peers_h100.json's targets (run 8) as
+    analysis.peer_targets gives them (docs/kernel_notes.md, fortieth session)."""
     from specdiag import analysis, data
-    from specdiag.bench.checks import passed
 
     runs = json.loads((ROOT / "data" / "history" / "session40_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
@@ -655,11 +661,8 @@ def test_session40_recordings_hold_what_the_notes_say():
     assert (math["samples"], math["stalls"]["long_sb"], waits, math["stalls"]["barrier"]) == (5293, 1664, 1324, 1261)
     checks = ("run3_check_maxfirst", "run5_check_sb", "run5_check_fl", "run5_check_both", "run6_check_seesaw")
     checks += ("run6_check_turns", "run7_check_lazy", "run8_check_seesaw", "run8_check_turns", "run8_check_pearly")
-    for k in checks:
-        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
-    tools = {r["tool"]: r for r in runs["run8_sanitizer_seesaw"]["rows"]}
-    assert tools["memcheck"]["findings"] == tools["synccheck"]["findings"] == 0
-    assert len(tools["racecheck"]["hazard_pcs"]) == 4
+    _assert_checks_passed(runs, *checks)
+    _assert_sanitized(runs["run8_sanitizer_seesaw"]["rows"], 4)
     notes = (ROOT / "docs" / "kernel_notes.md").read_text()
     table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
     for t in analysis.peer_targets(table):
