@@ -13,6 +13,7 @@ from specdiag.bench.trace import (
     EVENTS,
     KERNEL_EVENTS,
     TRACE_IMPLS,
+    TRACE_SLOTS,
     TRACE_TILES,
     WIDE_EVENTS,
     intervals,
@@ -65,7 +66,7 @@ def test_pair_timeline_puts_each_role_after_warpgroup_0s_top():
     i, the period per tile from one top to the next, and an unrecorded event NaN."""
     from specdiag.bench.trace import PAIR_EVENTS, pair_timeline
 
-    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    raw = np.zeros((3, TRACE_TILES, TRACE_SLOTS), dtype=np.uint64)
     tops = 10_000 + 5000 * np.arange(4)  # four pairs, 2,500 cycles a tile
     for who, names in enumerate(PAIR_EVENTS):
         for slot in range(len(names)):
@@ -115,7 +116,7 @@ def test_bench_variant_modes_refuse_bad_arguments_in_one_line(args, tmp_path, ca
 
 
 def _synthetic(n: int, period: int, offsets: list[int], load_offsets: list[int]) -> np.ndarray:
-    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    raw = np.zeros((3, TRACE_TILES, TRACE_SLOTS), dtype=np.uint64)
     for t in range(n):
         base = 100_000 + t * period
         for e, off in enumerate(offsets):
@@ -137,7 +138,7 @@ def test_trace_intervals_follow_the_owner_of_each_tile():
 
 
 def test_trace_phases_split_the_kernel_at_its_first_tile_and_its_epilogue():
-    row = np.zeros((3, 8), dtype=np.uint64)
+    row = np.zeros((3, TRACE_SLOTS), dtype=np.uint64)
     row[:, 0] = [1000, 1010, 990]  # entry: math 0, math 1, loader
     row[:, 1] = [50_000, 50_400, 48_000]  # loop end
     row[:, 2] = [53_000, 53_100, 49_000]  # done
@@ -145,7 +146,7 @@ def test_trace_phases_split_the_kernel_at_its_first_tile_and_its_epilogue():
     assert ph == {"prologue": 3010, "loop": 46_400, "epilogue": 2_700, "total": 52_110}
     row[1, 1:] = 0  # a warpgroup's events missing: the other's stand
     assert phases(row, 4_000.0)["epilogue"] == 53_000 - 50_000
-    assert np.isnan(phases(np.zeros((3, 8), dtype=np.uint64), 4_000.0)["total"])
+    assert np.isnan(phases(np.zeros((3, TRACE_SLOTS), dtype=np.uint64), 4_000.0)["total"])
     assert len(KERNEL_EVENTS) == 3
 
 
@@ -158,7 +159,7 @@ def test_trace_intervals_leave_missing_events_out():
 
 
 def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
-    raw = np.zeros((3, TRACE_TILES, 8), dtype=np.uint64)
+    raw = np.zeros((3, TRACE_TILES, TRACE_SLOTS), dtype=np.uint64)
     offsets = (
         [0, 900, 3900, 4100, 5600, 4400, 5200, 5450],
         [-800, 5610, 6400, 6700],
@@ -181,7 +182,7 @@ def test_wide_trace_intervals_take_each_event_from_its_warpgroup():
 
 
 def test_wide_clock_is_cycles_over_global_nanoseconds():
-    row = np.zeros((3, 8), dtype=np.uint64)
+    row = np.zeros((3, TRACE_SLOTS), dtype=np.uint64)
     row[:, :4] = [
         [1_000, 5_000_000, 181_000, 5_100_000],
         [1_200, 5_000_100, 170_000, 5_090_100],
@@ -247,6 +248,34 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
         assert [x for _, x in listing] != [x for _, x in kernels.sass_instructions(default)], name
     stsm = kernels.sass(spec.source, defines={"TV_P_STSM": 1})
     assert stsm.count("STSM.16.M88.4") == 8 and "STSM" not in default
+
+
+@pytest.mark.sass
+def test_group_part_and_rope_regs_switches_build_what_they_name():
+    """The pair schedule's TV_GROUP_PART=n lands each group of a tile in parts of n column blocks,
+    each on its own mbarrier: the loader arrives once a part (four groups a pair, 4 arrives by
+    default, 18 parts at n=1, 10 at n=2) and the math waits once a part. TV_ROPE_REGS=1 reads Q's
+    rope block from registers: 8 of the 72 Q K^T wgmma take A from registers, none by default.
+    Each builds without spills or serialised wgmma."""
+    import re
+
+    spec = KERNELS["wgmma_seesaw"]
+
+    def counts(defines):
+        f = kernels.nvcc_check(spec.source, defines=defines)[spec.entry]
+        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (defines, f)
+        ins = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
+        qk = [x for x in ins if x.startswith("HGMMA.64x64x16")]
+        rs = sum(bool(re.match(r"HGMMA\S* R\d+, R\d+", x)) for x in qk)
+        return sum("ARRIVES" in x for x in ins), sum("TRYWAIT" in x for x in ins), len(qk), rs
+
+    arrives, waits, qk, rs = counts({})
+    assert (arrives, qk, rs) == (4, 72, 0)
+    for n, parts in ((1, 18), (2, 10)):
+        a, w, q, r = counts({"TV_GROUP_PART": n})
+        assert (a, q, r) == (parts, 72, 0) and w * arrives == waits * parts, (n, a, w)
+    a, w, q, r = counts({"TV_ROPE_REGS": 1})
+    assert (a, q, r) == (4, 72, 8) and w > waits  # (and the waits for Q before its rope block is read)
 
 
 @pytest.mark.sass

@@ -12,6 +12,7 @@ import numpy as np
 __all__ = [
     "TRACE_IMPLS",
     "TRACE_TILES",
+    "TRACE_SLOTS",
     "TRACE_SHAPES",
     "EVENTS",
     "LOADER_EVENTS",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
+TRACE_SLOTS = 16  # tvg::TRACE_SLOTS: events a row
 TRACE_IMPLS = ("wgmma_seesaw", "wgmma_wide")  # the kernels with a TV_TRACE build
 TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deployment's
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
@@ -49,7 +51,7 @@ OWNER_INTERVALS = {
 
 def intervals(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     """Per-tile intervals (cycles; NaN where an event was not recorded) from the trace buffer
-    ``raw`` [3, TRACE_TILES, 8] (uint64): each tile's events come from its owner, t % 2."""
+    ``raw`` [3, TRACE_TILES, TRACE_SLOTS] (uint64): each tile's events come from its owner, t % 2."""
     n = min(n_tiles, raw.shape[1])
     t = np.arange(n)
     ev = np.where(raw == 0, np.nan, raw.astype(np.float64))
@@ -120,11 +122,16 @@ def trace_seesaw(
     )
 
 
+_GROUPS_IN = ("early_in", "early_all", "late_in", "late_all")
 # tvsee::PairEvent, per role (row `who` of the buffer; its row i is pair i: tiles 2 i and 2 i + 1)
 PAIR_EVENTS = (
-    ("top", "prev_pv_done", "qk_done", "max_out", "pv_done", "max_in", "p_out", "pv_b_issued"),  # warpgroup 0
-    ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done"),  # warpgroup 1
-    ("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued"),  # the loader's first warp
+    # warpgroup 0, then from slot 8 (both math warpgroups) its tile's early and late groups landed: the
+    # first part (``early_in``) and the last (``early_all``)
+    ("top", "prev_pv_done", "qk_done", "max_out", "pv_done", "max_in", "p_out", "pv_b_issued", *_GROUPS_IN),
+    # warpgroup 1, and from slot 12 its P (b) handed over
+    ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done", *_GROUPS_IN, "p_out"),
+    # the loader's first warp: each group's stage free (after a bar.sync: see pair_timeline) and issued
+    ("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued", "issued_e0", "issued_e1", "issued_l0", "issued_l1"),
 )
 PAIR_ROLES = ("w0", "w1", "ld")
 
@@ -133,7 +140,7 @@ def pair_timeline(raw: np.ndarray, n_tiles: int) -> dict[str, np.ndarray]:
     """Per pair of tiles, every role's events in cycles after warpgroup 0's loop top of the same
     pair (``"w1.qk_done"``, ``"ld.free_e0"``: the loader's events of pair i are the copies of its
     tiles, so they come before that top), and ``period``: the cycles a tile from one top to the
-    next, over two; NaN where an event was not recorded. ``raw`` [3, TRACE_TILES, 8] (uint64). An
+    next, over two; NaN where an event was not recorded. ``raw`` [3, TRACE_TILES, TRACE_SLOTS] (uint64). An
     event just after a bar.sync (``max_in``, ``p_in``, the loader's ``free_*``) can read the clock
     before the wait ends (BAR.SYNC.DEFER_BLOCKING): measure intervals from arrives and wgmma waits."""
     n = min((n_tiles + 1) // 2, raw.shape[1])
@@ -268,9 +275,11 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
     import pycuda.driver as cuda
 
     ptr, size = mod.get_global("tv_trace")
-    raw = np.zeros((3, TRACE_TILES + 1, 8), dtype=np.uint64)
+    raw = np.zeros((3, TRACE_TILES + 1, TRACE_SLOTS), dtype=np.uint64)
     if raw.nbytes != size:
-        raise RuntimeError(f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES out of step")
+        raise RuntimeError(
+            f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES or TRACE_SLOTS out of step"
+        )
     NativeTreeVerify(**rot.inputs(1), **opts).run()
     torch.cuda.synchronize()
     cuda.memset_d8(ptr, 0, size)
