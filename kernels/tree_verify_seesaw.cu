@@ -42,12 +42,6 @@
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
-#ifndef TV_GROUP_PART
-#define TV_GROUP_PART 0  // n > 0: in the pair schedule a group lands in parts of n column blocks, each on its own mbarrier
-#endif
-#ifndef TV_ROPE_REGS
-#define TV_ROPE_REGS 0  // 1: in the pair schedule Q's rope block is read from registers and P (a) goes where it was
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -81,7 +75,6 @@ constexpr bool FAST_EXP = true;                // the scores' exp2 as one MUFU e
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
 static_assert(NB % PARTS == 0, "whole column blocks per part");
-constexpr int BARS = TV_GROUP_PART ? NB : PARTS;  // part mbarriers a stage (the pair schedule's parts: by first block)
 static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
 static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
@@ -98,7 +91,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
-  uint64_t full[STAGES][BARS];    // mbarriers: the part has landed
+  uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
   PairP<TV_PAIR != 0> pair;       // the pair schedule only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
@@ -151,7 +144,7 @@ enum PairEvent : int {
   kW1PIn = 5,       // P (a) received, P V (a) issued
   kW1PVDone1 = 6,   // P V (b) done (its early group released)
   kW1PVDone = 7,    // P V (a) done (its late group released)
-  kW1POut = 12,     // P (b) fenced and handed over (after slots 8..11: kGroupIn)
+  kW1POut = 10,     // P (b) fenced and handed over (after slots 8, 9: kGroupIn)
   // the loader (its first warp)
   kLTop = 0,        // loop top
   kLFreeE0 = 1,     // tile a's early group free, its copies next
@@ -163,8 +156,7 @@ enum PairEvent : int {
   kLIssuedE1 = 7,
   kLIssuedL0 = 8,
   kLIssuedL1 = 9,
-  // both math warpgroups: group GR of their tile landed, its first part (8 + 2 GR) and its last (9 + 2 GR)
-  kGroupIn = 8,
+  kGroupIn = 8,     // both math warpgroups: group GR of their tile landed (slot 8 + GR)
 };
 __device__ __forceinline__ void trace_pair(int who, int pair, PairEvent e) {
   if (TV_TRACE && pair < TRACE_TILES && (blockIdx.x | blockIdx.y | blockIdx.z) == 0 && (threadIdx.x & 127) == 0)
@@ -208,7 +200,7 @@ __device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t p_base, uint32
 // cp.async.mbarrier.arrive), then the CTA's only barrier
 __device__ __forceinline__ void init_parts(uint32_t full0) {
   if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES * BARS; ++i) mbar_init(full0 + 8 * i, WG);
+    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);
     mbar_fence_init();
   }
   __syncthreads();
@@ -243,25 +235,12 @@ __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, 
 constexpr int GROUPS = 2, EARLY_BLOCKS = 4, LATE_BLOCKS = NB - EARLY_BLOCKS;
 constexpr int PAIR_MATH_REGS = 224, PAIR_LOAD_REGS = 56;
 static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
-static_assert(GROUPS <= BARS, "the pair schedule's group mbarriers live in Smem::full");
+static_assert(GROUPS <= PARTS, "the pair schedule's group mbarriers live in Smem::full");
 // column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8 (P (a), written
 // where the rope block was, is read with the late group); stage 1: early 4..8, late 0..3 (P (b)
-// has a buffer of its own, so the rope block goes with its owner's V half). TV_ROPE_REGS: P (a)
-// lives where Q's rope block was, and stage 0's rope block goes with its early group (0..3, 8).
-TVG_HD constexpr bool rope_early(int s, int gr) { return TV_ROPE_REGS && s == 0 && gr == 0; }
-TVG_HD constexpr int group_block(int s, int gr, int j) {
-  return rope_early(s, gr) && j == EARLY_BLOCKS ? NB - 1 : (s ^ gr) ? 4 + j : j;
-}
-TVG_HD constexpr int group_blocks(int s, int gr) {
-  return (s ^ gr) ? LATE_BLOCKS - (TV_ROPE_REGS && s == 0) : EARLY_BLOCKS + rope_early(s, gr);
-}
-TVG_HD constexpr bool groups_cover(int s) {  // a stage's two groups hold each column block once
-  int seen = 0, count = 0;
-  for (int gr = 0; gr < 2; ++gr)
-    for (int j = 0; j < group_blocks(s, gr); ++j, ++count) seen |= 1 << group_block(s, gr, j);
-  return seen == (1 << NB) - 1 && count == NB;
-}
-static_assert(groups_cover(0) && groups_cover(1), "a stage's groups cover its column blocks");
+// has a buffer of its own, so the rope block goes with its owner's V half)
+TVG_HD constexpr int group_block(int s, int gr, int j) { return (s ^ gr) ? 4 + j : j; }
+TVG_HD constexpr int group_blocks(int s, int gr) { return (s ^ gr) ? LATE_BLOCKS : EARLY_BLOCKS; }
 // P fragments (pack_p: a[kk][j] holds row g for even j, g + 8 for odd) times their row's factor
 __device__ __forceinline__ void scale_packed(uint32_t (&pa)[BN / 16][4], const float (&f)[2]) {
 #pragma unroll
@@ -292,9 +271,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
-  // group gr's mbarrier, or (TV_GROUP_PART) that of its part from column block j
-  const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * BARS + gr); };
-  const auto full_part = [&](int tile, int j) { return full0 + 8 * ((tile & 1) * BARS + j); };
+  const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * PARTS + gr); };
 
   init_parts(full0);
 
@@ -304,32 +281,12 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     if (n > 0) {
       const KeyLoader<BN, WG> ld(p, w, tid - 2 * WG, b);
       using Pages = KeyLoader<BN, WG>::Pages;
-      // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>; in parts
-      // of PB column blocks (TV_GROUP_PART), each arriving on its own mbarrier, else whole
+      // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
       auto load_group = [&](int tile, auto sg_c, const Pages& k) {
         constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
-        constexpr int NBLK = group_blocks(S, GR), PB = TV_GROUP_PART > 0 ? TV_GROUP_PART : NBLK;
-        // the part from the group's block J0: block by block (TV_GROUP_PART: fewer registers), else
-        // its consecutive blocks, then (TV_ROPE_REGS) the rope block
-        auto part = [&](auto j0_c) {
-          constexpr int J0 = decltype(j0_c)::value, N = J0 + PB < NBLK ? PB : NBLK - J0;
-          constexpr bool ROPE = rope_early(S, GR) && J0 + N > EARLY_BLOCKS;
-          if constexpr (TV_GROUP_PART > 0) {
-#pragma unroll
-            for (int j = J0; j < J0 + N; ++j) ld.copy<TV_L2_PREFETCH, 1>(stage(tile), tile, k, group_block(S, GR, j));
-          } else if constexpr (N - ROPE > 0) {
-            static_assert(group_block(S, GR, J0 + N - 1 - ROPE) == group_block(S, GR, J0) + N - 1 - ROPE, "consecutive blocks");
-            ld.copy<TV_L2_PREFETCH, N - ROPE>(stage(tile), tile, k, group_block(S, GR, J0));
-          }
-          if constexpr (ROPE && TV_GROUP_PART == 0) ld.copy<TV_L2_PREFETCH, 1>(stage(tile), tile, k, NB - 1);
-          cp_async_mbar_arrive(TV_GROUP_PART > 0 ? full_part(tile, group_block(S, GR, J0)) : full(tile, GR));
-        };
-        static_assert(NBLK <= 5 * PB, "at most five parts a group");
-        part(Const<0>{});
-        if constexpr (PB < NBLK) part(Const<PB>{});
-        if constexpr (2 * PB < NBLK) part(Const<2 * PB>{});
-        if constexpr (3 * PB < NBLK) part(Const<3 * PB>{});
-        if constexpr (4 * PB < NBLK) part(Const<4 * PB>{});
+        static_assert(group_block(S, GR, 1) == group_block(S, GR, 0) + 1, "a group's column blocks are consecutive");
+        ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
+        cp_async_mbar_arrive(full(tile, GR));
       };
       Pages ka, kb;
       ld.pages(0, ka);
@@ -386,36 +343,26 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     constexpr int C = decltype(first)::value;
     float s[SN];
     uint32_t pa[BN / 16][4];
-    uint32_t rq[TV_ROPE_REGS ? 4 : 1][4];  // TV_ROPE_REGS: Q's rope block as the A fragments of its 4 k-steps
     auto fence_s = [&]() { fence_operands(s); };
     // group gr of Q K^T (tile) into s, once it has landed
     auto qk_group = [&](int tile, auto gr_c) {
-      constexpr int GR = decltype(gr_c)::value, NBLK = group_blocks(C, GR);
-      constexpr int PB = TV_GROUP_PART > 0 ? TV_GROUP_PART : NBLK;  // column blocks a part
+      constexpr int GR = decltype(gr_c)::value;
       const uint32_t qb = opaque(sQ), kb = opaque(stage(tile));  // (visible bases: ptxas hoists every descriptor and spills)
       const uint64_t dq = kstep_desc(qb, BM, 0), dk = kstep_desc(kb, BN, 0);
+      mbar_wait(full(tile, GR), (tile >> 1) & 1);
+      trace_pair(C, tile >> 1, PairEvent(kGroupIn + GR));
+      fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+      wgmma_fence();
 #pragma unroll
-      for (int j0 = 0; j0 < NBLK; j0 += PB) {
-        mbar_wait(TV_GROUP_PART > 0 ? full_part(tile, group_block(C, GR, j0)) : full(tile, GR), (tile >> 1) & 1);
-        if (j0 == 0) trace_pair(C, tile >> 1, PairEvent(kGroupIn + 2 * GR));
-        if (j0 + PB >= NBLK) trace_pair(C, tile >> 1, PairEvent(kGroupIn + 2 * GR + 1));
-        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
-        wgmma_fence();
+      for (int j = 0; j < group_blocks(C, GR); ++j)
 #pragma unroll
-        for (int j = j0; j < j0 + PB && j < NBLK; ++j)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int ks = 4 * group_block(C, GR, j) + k;
-            if constexpr (!runs(kSkipQK)) {
-              if (GR == 0 && j == 0 && k == 0)
-                for (int i = 0; i < SN; ++i) s[i] = 0.f;
-            } else if (TV_ROPE_REGS && group_block(C, GR, j) == NB - 1) {
-              wgmma_qk64_rs(s, rq[k], desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
-            } else {
-              wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
-            }
-          }
-      }
+        for (int k = 0; k < 4; ++k) {
+          const int ks = 4 * group_block(C, GR, j) + k;
+          if constexpr (runs(kSkipQK))
+            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
+          else if (GR == 0 && j == 0 && k == 0)
+            for (int i = 0; i < SN; ++i) s[i] = 0.f;
+        }
       wgmma_commit();
     };
     // scores stay unscaled: the max is scaled once and each exponent takes the scale in its FFMA,
@@ -433,19 +380,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     };
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
-    auto p_of = [&](int tile) { return (tile & 1) ? p_odd : p_buf(TV_ROPE_REGS ? sQ : stage(tile)); };
-    // TV_ROPE_REGS: Q's rope block into registers, once Q has landed (with the first group of our
-    // first tile); P (a) overwrites it only after warpgroup 1's max of the first pair, which follows this
-    if constexpr (TV_ROPE_REGS) {
-      if (C < n) {
-        mbar_wait(TV_GROUP_PART > 0 ? full_part(C, group_block(C, 0, 0)) : full(C, 0), 0);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            rq[k][j] = ld_shared_u32(sQ + tile_offset(BM, wr + g + 8 * (j & 1), 8 * (NB - 1) + 2 * k + (j >> 1)) + 4 * t4);
-      }
-    }
+    auto p_of = [&](int tile) { return (tile & 1) ? p_odd : p_buf(stage(tile)); };
     const uint32_t stsm_row = p_stsm_row(wr, threadIdx.x & 31);
     auto store_p = [&](int tile, bool fence = true) {
       const uint32_t pb = p_of(tile);
@@ -620,7 +555,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         // our half of P V (a), P (a) at M from warpgroup 0
         bar_sync(kBarP0, 2 * WG);
         wgmma_fence();
-        pv_ss(p_of(a), stage(a));
+        pv_ss(p_buf(stage(a)), stage(a));
         wgmma_commit();
         trace_pair(1, i, kW1PIn);
         if (has_b) {
@@ -672,7 +607,7 @@ __device__ __forceinline__ void verify_partial(const tv::VerifyParams& p) {
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
-  const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * BARS + part); };
+  const auto full = [&](int tile, int part) { return full0 + 8 * ((tile & 1) * PARTS + part); };
   const auto bar_empty = [](int tile) { return (tile & 1) ? kBarEmpty1 : kBarEmpty0; };
 
   init_parts(full0);

@@ -251,34 +251,6 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
 
 
 @pytest.mark.sass
-def test_group_part_and_rope_regs_switches_build_what_they_name():
-    """The pair schedule's TV_GROUP_PART=n lands each group of a tile in parts of n column blocks,
-    each on its own mbarrier: the loader arrives once a part (four groups a pair, 4 arrives by
-    default, 18 parts at n=1, 10 at n=2) and the math waits once a part. TV_ROPE_REGS=1 reads Q's
-    rope block from registers: 8 of the 72 Q K^T wgmma take A from registers, none by default.
-    Each builds without spills or serialised wgmma."""
-    import re
-
-    spec = KERNELS["wgmma_seesaw"]
-
-    def counts(defines):
-        f = kernels.nvcc_check(spec.source, defines=defines)[spec.entry]
-        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (defines, f)
-        ins = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
-        qk = [x for x in ins if x.startswith("HGMMA.64x64x16")]
-        rs = sum(bool(re.match(r"HGMMA\S* R\d+, R\d+", x)) for x in qk)
-        return sum("ARRIVES" in x for x in ins), sum("TRYWAIT" in x for x in ins), len(qk), rs
-
-    arrives, waits, qk, rs = counts({})
-    assert (arrives, qk, rs) == (4, 72, 0)
-    for n, parts in ((1, 18), (2, 10)):
-        a, w, q, r = counts({"TV_GROUP_PART": n})
-        assert (a, q, r) == (parts, 72, 0) and w * arrives == waits * parts, (n, a, w)
-    a, w, q, r = counts({"TV_ROPE_REGS": 1})
-    assert (a, q, r) == (4, 72, 8) and w > waits  # (and the waits for Q before its rope block is read)
-
-
-@pytest.mark.sass
 def test_mask_bits_switch_drops_the_per_key_mask_loads():
     """The seesaw kernel masks its tree tiles from two 64-bit words a tile (the host's packed bits),
     in both schedules, and exports that it reads them; TV_MASK_BITS=0 loads each key's mask byte
