@@ -673,6 +673,50 @@ def test_session40_recordings_hold_what_the_notes_say():
     assert len(many) == 12 and sorted(zip(over.context, over.heads, over.nodes)) == [(32768, 8, 257), (185000, 128, 65)]
 
 
+def test_session41_recordings_hold_what_the_notes_say():
+    """data/history/session41_h100.json (H100): the ratios of the forty-first session's table (medians
+    of four timings a side, to three places) and the traced periods; the default build's group
+    copies freed, issued and landed, the loader's idle window and the math's waits; what the two
+    switches moved in the trace; every build checked passed float64 (docs/kernel_notes.md,
+    forty-first session)."""
+    runs = json.loads((ROOT / "data" / "history" / "session41_h100.json").read_text())
+    assert "H100" in runs["machine"]["gpu"]
+    for side, *want in (
+        ("gp1", 9, 1.022, 1.056, 1.030),
+        ("gp2", 9, 1.012, 1.043, 1.034),
+        ("rope", 9, 0.997, 1.023, 1.012),
+    ):
+        assert _ratio_summary(runs, "run2_base", f"run2_{side}") == tuple(want), side
+    _assert_checks_passed(runs, "run2_check_gp1", "run2_check_gp2", "run2_check_rope")
+
+    def trace(side: str) -> dict:
+        (r,) = [r for r in runs[f"run2_trace_{side}"]["runs"] if r["defines"].get("TV_PAIR") == 1]
+        assert (r["context"], r["heads"], r["nodes"]) == (32768, 8, 65)
+        return {k: round(v) for k, v in r["median_cycles"].items()}
+
+    t = {side: trace(side) for side in ("base", "gp1", "gp2", "rope")}
+    assert [x["period"] for x in t.values()] == [2820, 2922, 3078, 2970]
+    b, pair = t["base"], 2 * t["base"]["period"]
+    freed = [b["w0.pv_done"] - pair, b["w1.pv_b_done"] - pair, b["w1.pv_done"] - pair, b["w0.prev_pv_done"]]
+    issued = [b[f"ld.issued_{g}"] for g in ("e0", "e1", "l0", "l1")]
+    landed = [b["w0.early_in"], b["w1.early_in"], b["w0.late_in"], b["w1.late_in"]]
+    assert (pair, freed, issued, landed) == (
+        5640,
+        [-1218, -294, 458, 1064],
+        [-1019, -10, 902, 1304],
+        [167, 1244, 1763, 2869],
+    )
+    assert [x - i for x, i in zip(landed, issued)] == [1186, 1254, 861, 1565]
+    assert b["w0.pv_done"] - b["w1.late_in"] == 1553  # no copy in flight
+    assert landed[-1] - issued[0] == 3888 and round(2 * 73728 / 3888) == 38  # a pair's copies in flight: bytes a cycle
+    assert (b["w1.early_in"] - b["w1.top"], b["w0.late_in"] - b["w0.prev_pv_done"]) == (680, 699)
+    g, r = t["gp1"], t["rope"]
+    assert (g["ld.issued_l1"], g["w0.early_all"], b["w0.early_all"]) == (2114, 1256, 198)
+    assert [x[k] for k in ("w0.qk_done", "w1.qk_done") for x in (b, r)] == [2958, 2833, 3592, 3537]
+    assert [x["w1.max_out"] - x["w1.max_in"] for x in (b, r)] == [858, 1039]
+    assert [x["w0.p_out"] - x["w1.max_out"] for x in (b, r)] == [563, 842]
+
+
 def test_merge_cost_counts_the_partials_past_the_free_bytes():
     rows = 1000  # 2 MB of partials a split
     under = int(MERGE_FREE_BYTES // (rows * 512 * 4))
