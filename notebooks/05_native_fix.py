@@ -651,6 +651,36 @@ for name in ("softmax", "fast_exp"):
 # release moved earlier beside it, take the gain back.
 
 # %% [markdown]
+# **When do the default schedule's copies land?** The seesaw kernel's default schedule
+# (`TV_PAIR=1`, FlashMLA's order) takes tiles in pairs: math warpgroup 0 takes tile a in stage 0,
+# warpgroup 1 tile b in stage 1. Each stage lands and is freed in two groups of column blocks: an
+# early group read only by its owner, and a late group that the other warpgroup's P V also reads.
+# Its trace records three times for each group: when it is freed, when the loader has issued its
+# copies, and when its owner's wait for it returns. An H100, recorded, not re-measured here:
+
+# %%
+s41 = data.load_json("history/session41_h100.json")
+(pair_trace,) = [r for r in s41["run2_trace_base"]["runs"] if r["defines"].get("TV_PAIR") == 1]
+copies, idle, pair_cycles = analysis.pair_copies(pair_trace)
+print(
+    f"{s41['machine']['gpu']}, {pair_trace['context']:,} tokens x {pair_trace['heads']} heads x "
+    f"{pair_trace['nodes']} nodes: a pair of tiles every {pair_cycles:,} cycles (medians, cycles after "
+    "warpgroup 0's loop top)"
+)
+print(copies.to_string())
+print(
+    f"A group lands {copies.issued_to_landed.min():,} to {copies.issued_to_landed.max():,} cycles after its "
+    f"copies are issued. For {idle:,} cycles of each pair no copy is in flight."
+)
+
+# %% [markdown]
+# A group is freed only by the last P V that reads it, so for part of each pair both stages hold
+# tiles still being read and nothing loads. The two FlashMLA devices tried against the late
+# copies were both slower: an mbarrier for each column block, and Q's rope block in registers so
+# that stage 0's rope block could join its early group (`docs/kernel_notes.md`, forty-first
+# session).
+
+# %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
 # costs at page_size=1 is the `auto at page_size=1` line where that was measured. The kernel is
 # not yet at FlashMLA's level nor at the floor: section 5 prints the targets and where they stand,

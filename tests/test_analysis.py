@@ -342,3 +342,20 @@ def test_every_peers_recording_stands_on_the_same_targets():
     assert analysis.targets_by_recording({"x": doc}).sources.tolist() == ["0123456789ab"]
     doc["machine"].pop("native_digest")  # (recordings older than it)
     assert analysis.targets_by_recording({"x": doc}).sources.tolist() == ["not recorded"]
+
+
+def test_pair_copies_takes_the_frees_before_the_top_from_the_pair_before():
+    """analysis.pair_copies: three of the four groups are freed by an event of the pair before (its
+    offset less a pair's cycles), the fourth by one of the same pair; idle runs from the last group
+    landed to the first freed of the next pair; a trace without the copies' events is refused."""
+    med = {"period": 1000.0, "w0.pv_done": 1500.0, "w1.pv_b_done": 1700.0, "w1.pv_done": 2100.0}
+    med |= {"w0.prev_pv_done": 300.0, "w0.early_in": 50.0, "w1.early_in": 400.0, "w0.late_in": 600.0}
+    med |= {"w1.late_in": 1200.0, "ld.issued_e0": -400.0, "ld.issued_e1": -250.0, "ld.issued_l0": 150.0}
+    med["ld.issued_l1"] = 350.0
+    copies, idle, pair = analysis.pair_copies({"median_cycles": med})
+    assert pair == 2000 and copies.freed.tolist() == [-500, -300, 100, 300]
+    assert copies.issued_to_landed.tolist() == [450, 650, 450, 850]
+    assert idle == -500 + 2000 - 1200
+    del med["ld.issued_l1"]
+    with pytest.raises(ValueError, match="missing ld.issued_l1"):
+        analysis.pair_copies({"median_cycles": med})

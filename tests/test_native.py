@@ -679,6 +679,8 @@ def test_session41_recordings_hold_what_the_notes_say():
     copies freed, issued and landed, the loader's idle window and the math's waits; what the two
     switches moved in the trace; every build checked passed float64 (docs/kernel_notes.md,
     forty-first session)."""
+    from specdiag import analysis
+
     runs = json.loads((ROOT / "data" / "history" / "session41_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
     for side, *want in (
@@ -696,19 +698,15 @@ def test_session41_recordings_hold_what_the_notes_say():
 
     t = {side: trace(side) for side in ("base", "gp1", "gp2", "rope")}
     assert [x["period"] for x in t.values()] == [2820, 2922, 3078, 2970]
-    b, pair = t["base"], 2 * t["base"]["period"]
-    freed = [b["w0.pv_done"] - pair, b["w1.pv_b_done"] - pair, b["w1.pv_done"] - pair, b["w0.prev_pv_done"]]
-    issued = [b[f"ld.issued_{g}"] for g in ("e0", "e1", "l0", "l1")]
-    landed = [b["w0.early_in"], b["w1.early_in"], b["w0.late_in"], b["w1.late_in"]]
-    assert (pair, freed, issued, landed) == (
-        5640,
-        [-1218, -294, 458, 1064],
-        [-1019, -10, 902, 1304],
-        [167, 1244, 1763, 2869],
-    )
-    assert [x - i for x, i in zip(landed, issued)] == [1186, 1254, 861, 1565]
-    assert b["w0.pv_done"] - b["w1.late_in"] == 1553  # no copy in flight
-    assert landed[-1] - issued[0] == 3888 and round(2 * 73728 / 3888) == 38  # a pair's copies in flight: bytes a cycle
+    b = t["base"]
+    (base,) = [r for r in runs["run2_trace_base"]["runs"] if r["defines"].get("TV_PAIR") == 1]
+    copies, idle, pair = analysis.pair_copies(base)
+    assert (pair, idle) == (5640, 1553)  # idle: no copy in flight
+    assert copies.freed.tolist() == [-1218, -294, 458, 1064] and copies.issued.tolist() == [-1019, -10, 902, 1304]
+    assert copies.landed.tolist() == [167, 1244, 1763, 2869]
+    assert copies.issued_to_landed.tolist() == [1186, 1254, 861, 1565]
+    # a pair's copies in flight from the first issued to the last landed: bytes a cycle
+    assert copies.landed.max() - copies.issued.min() == 3888 and round(2 * 73728 / 3888) == 38
     assert (b["w1.early_in"] - b["w1.top"], b["w0.late_in"] - b["w0.prev_pv_done"]) == (680, 699)
     g, r = t["gp1"], t["rope"]
     assert (g["ld.issued_l1"], g["w0.early_all"], b["w0.early_all"]) == (2114, 1256, 198)

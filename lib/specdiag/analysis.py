@@ -419,6 +419,43 @@ def trace_table(doc: dict):
     return pd.DataFrame(rows).set_index(["context", "heads", "nodes", "page_size", "build"])
 
 
+# The pair schedule's four groups of copies a pair (kernels/tree_verify_seesaw.cu): the median
+# event that frees each (from the pair before when True), the loader's issue and the math's landing
+PAIR_GROUPS = (
+    ("a's early (blocks 0-3)", "warpgroup 0's P V (a - 2) done", "w0.pv_done", True, "ld.issued_e0", "w0.early_in"),
+    ("b's early (blocks 4-8)", "warpgroup 1's P V (b - 2) done", "w1.pv_b_done", True, "ld.issued_e1", "w1.early_in"),
+    ("a's late (blocks 4-8)", "warpgroup 1's P V (a - 2) done", "w1.pv_done", True, "ld.issued_l0", "w0.late_in"),
+    ("b's late (blocks 0-3)", "warpgroup 0's P V (b - 2) done", "w0.prev_pv_done", False, "ld.issued_l1", "w1.late_in"),
+)
+
+
+def pair_copies(run: dict) -> tuple:
+    """One pair-schedule trace (a run of ``bench.trace.trace_pairs``): each group of a pair's copies
+    freed, issued and landed, in cycles after warpgroup 0's loop top (medians), and ``idle``: the
+    cycles from the last group landed to the next pair's first group freed, with no copy in flight.
+    Returns (DataFrame by group, idle, the pair's cycles)."""
+    import pandas as pd
+
+    med = run["median_cycles"]
+    missing = [e for _, _, f, _, i, ld in PAIR_GROUPS for e in (f, i, ld) if e not in med]
+    if missing:
+        raise ValueError(f"not a pair trace with the copies' events (missing {', '.join(missing)})")
+    pair = 2 * round(med["period"])
+    rows = [
+        dict(
+            group=name,
+            freed_by=by,
+            freed=round(med[f]) - (pair if prev else 0),
+            issued=round(med[i]),
+            landed=round(med[ld]),
+        )
+        for name, by, f, prev, i, ld in PAIR_GROUPS
+    ]
+    df = pd.DataFrame(rows).set_index("group")
+    df["issued_to_landed"] = df.landed - df.issued
+    return df, int(df.freed.min() + pair - df.landed.max()), pair
+
+
 def wide_trace_table(doc: dict):
     """A wide-kernel trace recording (``bench trace --impl wgmma_wide``): the median cycles of each
     interval per shape and build, computed again from the recorded events (so recordings older
