@@ -306,10 +306,11 @@ def test_trace_and_variants_on_the_gpu():
 @pytest.mark.gpu
 def test_pair_trace_on_the_gpu():
     """The pair schedule's traced build gives the default build's bits, and each steady pair has
-    every role's events, each role's in the kernel's order."""
+    every role's events, each role's in the kernel's order (the loader's frees and issues, and each
+    math warpgroup's groups landed before its Q K^T is done, interleaved as the code runs them)."""
     import torch
 
-    from specdiag.bench.trace import trace_pairs
+    from specdiag.bench.trace import PAIR_EVENTS, trace_pairs
     from specdiag.bench.variants import identity
 
     if torch.cuda.get_device_capability() != (9, 0):
@@ -317,11 +318,30 @@ def test_pair_trace_on_the_gpu():
     rows = identity("wgmma_seesaw", [{"TV_TRACE": 1}], cases=(([20000], 9, 8, 1),), progress=lambda *_: None)
     assert rows[0]["bit_identical"]
     r = trace_pairs(32768, 8, 65, page_size=1)  # 37 tiles per split: 19 pairs
-    ev = np.array(r["events"], dtype=np.float64)  # [3, pairs, 8]
+    ev = np.array(r["events"], dtype=np.float64)  # [3, pairs, TRACE_SLOTS]
     steady = ev[:, 2 : ev.shape[1] - 2]
     assert steady.shape[1] > 8
     for who, n in enumerate((8, 8, 6)):
         assert (steady[who, :, :n] > 0).all() and (np.diff(steady[who, :, :n], axis=1) >= 0).all(), who
+    orders = (
+        ("top", "early_in", "prev_pv_done", "late_in", "qk_done"),
+        ("top", "early_in", "late_in", "qk_done", "pv_issued", "p_out", "p_in"),
+        (
+            "top",
+            "free_e0",
+            "issued_e0",
+            "free_e1",
+            "issued_e1",
+            "free_l0",
+            "issued_l0",
+            "free_l1",
+            "issued_l1",
+            "issued",
+        ),
+    )
+    for who, order in enumerate(orders):
+        seq = steady[who][:, [PAIR_EVENTS[who].index(e) for e in order]]
+        assert (seq > 0).all() and (np.diff(seq, axis=1) >= 0).all(), who
     assert r["median_cycles"]["period"] > 0 and r["median_cycles"]["w1.pv_done"] > 0
     entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
     assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
