@@ -691,16 +691,16 @@ def test_session41_recordings_hold_what_the_notes_say():
         assert _ratio_summary(runs, "run2_base", f"run2_{side}") == tuple(want), side
     _assert_checks_passed(runs, "run2_check_gp1", "run2_check_gp2", "run2_check_rope")
 
-    def trace(side: str) -> dict:
+    def pair_trace(side: str) -> dict:
         (r,) = [r for r in runs[f"run2_trace_{side}"]["runs"] if r["defines"].get("TV_PAIR") == 1]
         assert (r["context"], r["heads"], r["nodes"]) == (32768, 8, 65)
-        return {k: round(v) for k, v in r["median_cycles"].items()}
+        return r
 
-    t = {side: trace(side) for side in ("base", "gp1", "gp2", "rope")}
+    traces = {side: pair_trace(side) for side in ("base", "gp1", "gp2", "rope")}
+    t = {side: {k: round(v) for k, v in r["median_cycles"].items()} for side, r in traces.items()}
     assert [x["period"] for x in t.values()] == [2820, 2922, 3078, 2970]
     b = t["base"]
-    (base,) = [r for r in runs["run2_trace_base"]["runs"] if r["defines"].get("TV_PAIR") == 1]
-    copies, idle, pair = analysis.pair_copies(base)
+    copies, idle, pair = analysis.pair_copies(traces["base"])
     assert (pair, idle) == (5640, 1553)  # idle: no copy in flight
     assert copies.freed.tolist() == [-1218, -294, 458, 1064] and copies.issued.tolist() == [-1019, -10, 902, 1304]
     assert copies.landed.tolist() == [167, 1244, 1763, 2869]
