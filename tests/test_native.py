@@ -456,6 +456,12 @@ def _assert_sanitized(rows: list, racecheck_pairs: int) -> None:
     assert len(tools["racecheck"]["hazard_pcs"]) == racecheck_pairs
 
 
+def _assert_ratio_table(runs: dict, *rows: tuple) -> None:
+    """Each row (side a, side b, then the count, least, most and median of b / a) as _ratio_summary gives it."""
+    for a, b, *want in rows:
+        assert _ratio_summary(runs, a, b) == tuple(want), b
+
+
 def _ratio_summary(runs: dict, a: str, b: str) -> tuple:
     """Side b over side a (each the median of its ``_1`` and ``_2`` timings) shape by shape: the
     count, least, most and median, to three places, as ratios.py prints them."""
@@ -590,13 +596,13 @@ def test_session39_recordings_hold_what_the_notes_say():
 
     runs = json.loads((ROOT / "data" / "history" / "session39_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
-    for a, b, *want in (
+    _assert_ratio_table(
+        runs,
         ("run1_base", "run1_mb", 7, 0.944, 1.015, 1.006),
         ("run1_base", "run1_skip", 7, 0.931, 1.0, 0.996),
         ("run2_loads", "run2_bits", 8, 0.937, 1.014, 1.005),
         ("run1_wbase", "run1_wps0", 4, 0.998, 1.012, 1.006),
-    ):
-        assert _ratio_summary(runs, a, b) == tuple(want), b
+    )
     _assert_checks_passed(runs, "run1_check_mask_bits", "run2_check_seesaw", "run2_check_turns")
     _assert_sanitized(runs["run2_sanitizer_seesaw"]["rows"], 4)
 
@@ -612,7 +618,8 @@ def test_session40_recordings_hold_what_the_notes_say():
 
     runs = json.loads((ROOT / "data" / "history" / "session40_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
-    for a, b, *want in (
+    _assert_ratio_table(
+        runs,
         ("run3_base", "run3_mf", 8, 0.981, 1.010, 0.992),
         ("run5_base", "run5_sb", 8, 0.984, 1.014, 0.994),
         ("run5_base", "run5_fl", 8, 0.973, 0.999, 0.981),
@@ -620,8 +627,7 @@ def test_session40_recordings_hold_what_the_notes_say():
         ("run7_base", "run7_lazy", 9, 0.962, 0.972, 0.967),
         ("run8_new", "run8_early", 9, 0.991, 1.018, 1.009),
         ("run8_old", "run8_new", 9, 0.923, 0.946, 0.937),
-    ):
-        assert _ratio_summary(runs, a, b) == tuple(want), b
+    )
 
     def per_tile(run: str, impl: str) -> tuple[float, float, int]:
         cyc = {r["shape"]: r["metrics"]["gpc__cycles_elapsed.max"] for r in runs[run]["rows"] if r["impl"] == impl}
@@ -683,12 +689,12 @@ def test_session41_recordings_hold_what_the_notes_say():
 
     runs = json.loads((ROOT / "data" / "history" / "session41_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
-    for side, *want in (
-        ("gp1", 9, 1.022, 1.056, 1.030),
-        ("gp2", 9, 1.012, 1.043, 1.034),
-        ("rope", 9, 0.997, 1.023, 1.012),
-    ):
-        assert _ratio_summary(runs, "run2_base", f"run2_{side}") == tuple(want), side
+    _assert_ratio_table(
+        runs,
+        ("run2_base", "run2_gp1", 9, 1.022, 1.056, 1.030),
+        ("run2_base", "run2_gp2", 9, 1.012, 1.043, 1.034),
+        ("run2_base", "run2_rope", 9, 0.997, 1.023, 1.012),
+    )
     _assert_checks_passed(runs, "run2_check_gp1", "run2_check_gp2", "run2_check_rope")
 
     def pair_trace(side: str) -> dict:

@@ -198,6 +198,12 @@ def test_wide_clock_is_cycles_over_global_nanoseconds():
     assert c["epilogue_pv_to_sums"] == 8_100 and c["epilogue_pv_stores"] == 9_900
 
 
+def _assert_builds_clean(spec, defines: dict) -> None:
+    """The build of ``spec`` with ``defines`` compiles without spills, a stack frame or serialised wgmma."""
+    f = kernels.nvcc_check(spec.source, defines=defines)[spec.entry]
+    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (defines, f)
+
+
 @pytest.mark.sass
 def test_wide_traced_build_records_the_clock():
     spec = KERNELS["wgmma_wide"]
@@ -210,8 +216,7 @@ def test_wide_traced_build_records_the_clock():
 def test_traced_build_records_the_clock_and_the_default_build_does_not():
     spec = KERNELS["wgmma_seesaw"]
     for traced in ({"TV_TRACE": 1, "TV_PAIR": 0}, {"TV_TRACE": 1}):  # tiles in turns; pairs
-        f = kernels.nvcc_check(spec.source, defines=traced)[spec.entry]
-        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, traced
+        _assert_builds_clean(spec, traced)
         assert "SR_CLOCKLO" in kernels.sass(spec.source, defines=traced), traced
     for untraced in ({}, {"TV_PAIR": 0}):
         assert "SR_CLOCKLO" not in kernels.sass(spec.source, defines=untraced)
@@ -222,8 +227,7 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
     """TV_L2_PREFETCH=256 puts the L2 prefetch size on every key-tile copy (36 LDGSTS per inlined
     tile load) and on none of Q's 36; the default build has it nowhere."""
     spec = KERNELS["wgmma_seesaw"]
-    f = kernels.nvcc_check(spec.source, defines={"TV_L2_PREFETCH": 256})[spec.entry]
-    assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized
+    _assert_builds_clean(spec, {"TV_L2_PREFETCH": 256})
 
     def copies(text):
         ops = [op for ln in text.splitlines() for op in ln.split() if op.startswith("LDGSTS.E")]
@@ -242,8 +246,7 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
     spec = KERNELS["wgmma_seesaw"]
     default = kernels.sass(spec.source)
     for name in ("TV_P_STSM", "TV_PV_FIRST"):
-        f = kernels.nvcc_check(spec.source, defines={name: 1})[spec.entry]
-        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, name
+        _assert_builds_clean(spec, {name: 1})
         listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))
         assert [x for _, x in listing] != [x for _, x in kernels.sass_instructions(default)], name
     stsm = kernels.sass(spec.source, defines={"TV_P_STSM": 1})
@@ -260,8 +263,7 @@ def test_rope_early_switch_gives_stage_1s_rope_block_its_own_group():
     spec = KERNELS["wgmma_seesaw"]
 
     def counts(defines):
-        f = kernels.nvcc_check(spec.source, defines=defines)[spec.entry]
-        assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (defines, f)
+        _assert_builds_clean(spec, defines)
         ins = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
         bar14 = sorted(x.split()[-3] for x in ins if "BAR." in x and " 0xe," in x)
         return sum("ARRIVES" in x for x in ins), sum("TRYWAIT" in x for x in ins), bar14
@@ -283,8 +285,7 @@ def test_mask_bits_switch_drops_the_per_key_mask_loads():
     for schedule in ({}, {"TV_PAIR": 0}):
         bits, loads = schedule, {**schedule, "TV_MASK_BITS": 0}
         for d in (bits, loads):
-            f = kernels.nvcc_check(spec.source, defines=d)[spec.entry]
-            assert not f.spills and f.stack_frame == 0 and not f.wgmma_serialized, (d, f)
+            _assert_builds_clean(spec, d)
         on, off = kernels.sass(spec.source, defines=bits), kernels.sass(spec.source, defines=loads)
         assert "LDG.E.U8" in off and "LDG.E.U8" not in on and "LDG.E.64.CONSTANT" in on, schedule
         assert len(kernels.sass_instructions(on)) < len(kernels.sass_instructions(off)), schedule
