@@ -130,8 +130,10 @@ PAIR_EVENTS = (
     ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done", *_LANDED, "rope_in", "p_out"),
     # the loader's first warp: each group's stage free (after a bar.sync: see pair_timeline) and
     # issued, then (TV_ROPE_EARLY) b's rope block issued
-    ("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued", "issued_e0", "issued_e1", "issued_l0", "issued_l1")
-    + ("issued_r1",),
+    (
+        *("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued"),
+        *("issued_e0", "issued_e1", "issued_l0", "issued_l1", "issued_r1"),
+    ),
 )
 PAIR_ROLES = ("w0", "w1", "ld")
 
