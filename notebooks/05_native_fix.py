@@ -663,7 +663,8 @@ s41 = data.load_json("history/session41_h100.json")
 (pair_trace,) = [r for r in s41["run2_trace_base"]["runs"] if r["defines"].get("TV_PAIR") == 1]
 copies, idle, pair_cycles = analysis.pair_copies(pair_trace)
 print(
-    f"{s41['machine']['gpu']}, {pair_trace['context']:,} tokens x {pair_trace['heads']} heads x "
+    f"{s41['machine']['gpu']} ({s41['machine']['recorded_utc'][:10]}), {pair_trace['context']:,} tokens x "
+    f"{pair_trace['heads']} heads x "
     f"{pair_trace['nodes']} nodes: a pair of tiles every {pair_cycles:,} cycles (medians, cycles after "
     "warpgroup 0's loop top)"
 )
