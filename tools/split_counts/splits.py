@@ -1,18 +1,38 @@
 """impl="auto" at page size 1 with the launch plan's prefix split count and with others, one shape
 after another (the merge reads splits x rows x 2 KB of partials; tree CTAs share the idle SMs).
 
-Usage (on the GPU): python tools/split_counts/splits.py OUT.json "CTX:HEADS:NODES=N1/N2/...,..."
-Each row: the split count asked (None: the plan's), the plan that ran, do_bench medians (40 ms,
-twice, rotated inputs). Recorded: data/history/session30_h100.json, run9_splits and run10_splits
+Usage (on the GPU): python tools/split_counts/splits.py OUT.json "CTX:HEADS:NODES=N1/N2/pT1/...,..."
+N: a prefix split count (each split ceil(tiles / N) tiles); pT: T tiles a split, the last split
+taking what is left (a shorter last split frees its SMs first for the tree CTAs launched after it).
+Each row: what was asked (None: the plan's), the plan that ran, do_bench medians (40 ms, twice,
+rotated inputs). Recorded: data/history/session30_h100.json, run9_splits and run10_splits
 (tests/test_native.py checks the plan against them).
 """
 
+import dataclasses
 import json
+import math
 import sys
 
 import torch
 
+from specdiag.attention import native
 from specdiag.bench.timing import Rotation, time_rotating
+
+_plan_launch = native.plan_launch
+
+
+def _tiles_per_split(per: int):
+    """``native.plan_launch`` with ``per`` prefix tiles a split (the tree splits as planned)."""
+
+    def plan(*args, **kw):
+        p = _plan_launch(*args, **kw)
+        tiles = math.ceil(args[2] / p.bn)
+        if not 1 <= per <= tiles:
+            raise SystemExit(f"splits: p{per} asks 1..{tiles} tiles a split")
+        return dataclasses.replace(p, n_prefix_splits=math.ceil(tiles / per), prefix_tiles_per_split=per)
+
+    return plan
 
 
 def main(path: str, spec: str) -> None:
@@ -22,8 +42,14 @@ def main(path: str, spec: str) -> None:
         shape, counts = item.split("=")
         ctx, h, t = (int(x) for x in shape.split(":"))
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
-        for n in [None] + [int(x) for x in counts.split("/")]:
-            ops = rot.native_ops(prefix_splits=n)
+        for n in [None] + counts.split("/"):
+            if n is not None and n.startswith("p"):
+                native.plan_launch = _tiles_per_split(int(n[1:]))
+                ops = rot.native_ops()
+                native.plan_launch = _plan_launch
+            else:
+                n = None if n is None else int(n)
+                ops = rot.native_ops(prefix_splits=n)
             pl = ops[0].plan
             ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
             rows.append(
