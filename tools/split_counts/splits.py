@@ -78,7 +78,7 @@ def main(path: str, spec: str) -> None:
             )
             del ops
         del rot
-    json.dump(rows, open(path, "w"), indent=1)
+        json.dump(rows, open(path, "w"), indent=1)  # (after each shape: a timeout keeps those done)
 
 
 if __name__ == "__main__":
