@@ -42,9 +42,6 @@
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
-#ifndef TV_ROPE_EARLY
-#define TV_ROPE_EARLY 0  // 1: in the pair schedule stage 1's rope block is a group of its own, refilled once Q K^T (b) is done
-#endif
 #ifndef TV_L2_PREFETCH
 #define TV_L2_PREFETCH 0  // 64, 128 or 256: the tiles' cp.async carry that L2 prefetch size (0: none)
 #endif
@@ -147,7 +144,7 @@ enum PairEvent : int {
   kW1PIn = 5,       // P (a) received, P V (a) issued
   kW1PVDone1 = 6,   // P V (b) done (its early group released)
   kW1PVDone = 7,    // P V (a) done (its late group released)
-  kW1POut = 11,     // P (b) fenced and handed over (after slots 8..10: kGroupIn)
+  kW1POut = 10,     // P (b) fenced and handed over (after slots 8, 9: kGroupIn)
   // the loader (its first warp)
   kLTop = 0,        // loop top
   kLFreeE0 = 1,     // tile a's early group free, its copies next
@@ -159,7 +156,6 @@ enum PairEvent : int {
   kLIssuedE1 = 7,
   kLIssuedL0 = 8,
   kLIssuedL1 = 9,
-  kLIssuedR1 = 10,  // (TV_ROPE_EARLY) tile b's rope block issued
   kGroupIn = 8,     // both math warpgroups: group GR of their tile landed (slot 8 + GR)
 };
 __device__ __forceinline__ void trace_pair(int who, int pair, PairEvent e) {
@@ -242,17 +238,9 @@ static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg
 static_assert(GROUPS <= PARTS, "the pair schedule's group mbarriers live in Smem::full");
 // column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8 (P (a), written
 // where the rope block was, is read with the late group); stage 1: early 4..8, late 0..3 (P (b)
-// has a buffer of its own, so the rope block goes with its owner's V half). TV_ROPE_EARLY: stage
-// 1's rope block is a group of its own (gr 2, read only by Q K^T (b)), freed once Q K^T (b) is done
-// and refilled for b + 2 while both stages still hold their tiles; its early group is then 4..7.
-constexpr int ROPE_GR = 2;
-TVG_HD constexpr int group_block(int s, int gr, int j) { return gr == ROPE_GR ? NB - 1 : (s ^ gr) ? 4 + j : j; }
-TVG_HD constexpr int group_blocks(int s, int gr) {
-  return gr == ROPE_GR ? 1 : (s ^ gr) ? LATE_BLOCKS - (TV_ROPE_EARLY && s == 1) : EARLY_BLOCKS;
-}
-// the first group of a tile's Q K^T (its first wgmma starts the sum)
-TVG_HD constexpr int first_group(int s) { return TV_ROPE_EARLY && s == 1 ? ROPE_GR : 0; }
-static_assert(ROPE_GR < PARTS, "the rope group's mbarrier lives in Smem::full");
+// has a buffer of its own, so the rope block goes with its owner's V half)
+TVG_HD constexpr int group_block(int s, int gr, int j) { return (s ^ gr) ? 4 + j : j; }
+TVG_HD constexpr int group_blocks(int s, int gr) { return (s ^ gr) ? LATE_BLOCKS : EARLY_BLOCKS; }
 // P fragments (pack_p: a[kk][j] holds row g for even j, g + 8 for odd) times their row's factor
 __device__ __forceinline__ void scale_packed(uint32_t (&pa)[BN / 16][4], const float (&f)[2]) {
 #pragma unroll
@@ -293,10 +281,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     if (n > 0) {
       const KeyLoader<BN, WG> ld(p, w, tid - 2 * WG, b);
       using Pages = KeyLoader<BN, WG>::Pages;
-      // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<4 S + GR>
+      // group GR of `tile` (in stage S = tile % 2), both as one constant: Const<2 S + GR>
       auto load_group = [&](int tile, auto sg_c, const Pages& k) {
-        constexpr int S = decltype(sg_c)::value >> 2, GR = decltype(sg_c)::value & 3;
-        static_assert(group_blocks(S, GR) == 1 || group_block(S, GR, 1) == group_block(S, GR, 0) + 1, "a group's column blocks are consecutive");
+        constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
+        static_assert(group_block(S, GR, 1) == group_block(S, GR, 0) + 1, "a group's column blocks are consecutive");
         ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
         cp_async_mbar_arrive(full(tile, GR));
       };
@@ -309,13 +297,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         const int i = a >> 1;
         trace_pair(2, i, kLTop);
         // a stage's group is refilled once its last reader has freed it (the uses alternate: that
-        // reader frees it again only after reading what this load puts there); b's rope block first,
-        // freed at Q K^T (b - 2) done, before a's early group at P V (a - 2) done
-        if (TV_ROPE_EARLY && has_b) {
-          if (a >= 2) bar_sync(kBarPairFreeR1, 2 * WG);
-          load_group(a + 1, Const<4 + ROPE_GR>{}, kb);
-          trace_pair(2, i, kLIssuedR1);
-        }
+        // reader frees it again only after reading what this load puts there)
         if (a >= 2) bar_sync(kBarPairFreeE0, 2 * WG);
         trace_pair(2, i, kLFreeE0);
         load_group(a, Const<0>{}, ka);
@@ -323,7 +305,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeE1, 2 * WG);
           trace_pair(2, i, kLFreeE1);
-          load_group(a + 1, Const<4>{}, kb);
+          load_group(a + 1, Const<2>{}, kb);
           trace_pair(2, i, kLIssuedE1);
         }
         if (a >= 2) bar_sync(kBarPairFreeL0, 2 * WG);
@@ -333,7 +315,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         if (has_b) {
           if (a >= 2) bar_sync(kBarPairFreeL1, 2 * WG);
           trace_pair(2, i, kLFreeL1);
-          load_group(a + 1, Const<5>{}, kb);
+          load_group(a + 1, Const<3>{}, kb);
           trace_pair(2, i, kLIssuedL1);
         }
         trace_pair(2, i, kLIssued);
@@ -376,10 +358,9 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
-          const bool start = GR == first_group(C) && j == 0 && k == 0;
           if constexpr (runs(kSkipQK))
-            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), !start);
-          else if (start)
+            wgmma_qk64(s, desc_add(dq, kstep_offset(BM, ks)), desc_add(dk, kstep_offset(BN, ks)), GR > 0 || j > 0 || k > 0);
+          else if (GR == 0 && j == 0 && k == 0)
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
         }
       wgmma_commit();
@@ -517,14 +498,12 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         trace_pair(1, i, kW1Top);
         if (has_b) {
           fence_s();
-          if constexpr (TV_ROPE_EARLY) qk_group(a + 1, Const<ROPE_GR>{});  // (landed while the stage was held)
           qk_group(a + 1, Const<0>{});
           qk_group(a + 1, Const<1>{});
           wgmma_wait<0>();
           fence_o();
           fence_s();
           trace_pair(1, i, kW1QKDone);
-          if (TV_ROPE_EARLY && a + 3 < n) bar_arrive(kBarPairFreeR1, 2 * WG);  // our rope block is read
           mask(a + 1);
         }
         // the pair's max M from warpgroup 0's and our tile's; O to M (with our tile, one block of both

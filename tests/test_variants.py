@@ -254,27 +254,6 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
 
 
 @pytest.mark.sass
-def test_rope_early_switch_gives_stage_1s_rope_block_its_own_group():
-    """TV_ROPE_EARLY=1 (built, not yet measured on a GPU) loads stage 1's rope block as a group of
-    its own: the loader arrives on five group mbarriers a pair where the default arrives on four,
-    warpgroup 1 waits on one more, and the rope block's release is named barrier 14 (warpgroup 1
-    arrives, the loader waits), which the default build never uses. It builds without spills or
-    serialised wgmma."""
-    spec = KERNELS["wgmma_seesaw"]
-
-    def counts(defines):
-        _assert_builds_clean(spec, defines)
-        ins = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
-        bar14 = sorted(x.split()[-3] for x in ins if "BAR." in x and " 0xe," in x)
-        return sum("ARRIVES" in x for x in ins), sum("TRYWAIT" in x for x in ins), bar14
-
-    arrives, waits, bar14 = counts({})
-    assert (arrives, bar14) == (4, [])
-    a, w, b14 = counts({"TV_ROPE_EARLY": 1})
-    assert a == 5 and w * 4 == waits * 5 and b14 == ["BAR.ARV", "BAR.SYNC.DEFER_BLOCKING"]
-
-
-@pytest.mark.sass
 def test_mask_bits_switch_drops_the_per_key_mask_loads():
     """The seesaw kernel masks its tree tiles from two 64-bit words a tile (the host's packed bits),
     in both schedules, and exports that it reads them; TV_MASK_BITS=0 loads each key's mask byte

@@ -126,13 +126,12 @@ _LANDED = ("early_in", "late_in")  # (both math warpgroups, slots 8 and 9) their
 # tvsee::PairEvent, per role (row `who` of the buffer; its row i is pair i: tiles 2 i and 2 i + 1)
 PAIR_EVENTS = (
     ("top", "prev_pv_done", "qk_done", "max_out", "pv_done", "max_in", "p_out", "pv_b_issued", *_LANDED),  # warpgroup 0
-    # warpgroup 1, then (TV_ROPE_EARLY) its rope block landed, and its P (b) handed over
-    ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done", *_LANDED, "rope_in", "p_out"),
-    # the loader's first warp: each group's stage free (after a bar.sync: see pair_timeline) and
-    # issued, then (TV_ROPE_EARLY) b's rope block issued
+    # warpgroup 1, and in slot 10 its P (b) handed over
+    ("top", "qk_done", "max_in", "max_out", "pv_issued", "p_in", "pv_b_done", "pv_done", *_LANDED, "p_out"),
+    # the loader's first warp: each group's stage free (after a bar.sync: see pair_timeline) and issued
     (
         *("top", "free_e0", "free_e1", "free_l0", "free_l1", "issued"),
-        *("issued_e0", "issued_e1", "issued_l0", "issued_l1", "issued_r1"),
+        *("issued_e0", "issued_e1", "issued_l0", "issued_l1"),
     ),
 )
 PAIR_ROLES = ("w0", "w1", "ld")
