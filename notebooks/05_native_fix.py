@@ -682,6 +682,25 @@ print(
 # session).
 
 # %% [markdown]
+# **Do the copies or the math pace a pair?** The same trace of two ablation builds answers it: one
+# with the copies alone (`TV_SKIP=7`: no Q K^T, softmax or P V) and one with the math alone
+# (`TV_SKIP=8`: no copies). An H100, recorded, not re-measured here:
+
+# %%
+s42 = data.load_json("history/session42_h100.json")
+for side, what in (("base", "default"), ("skip7", "copies alone"), ("skip8", "math alone")):
+    periods = ", ".join(
+        f"{r['context']:,} x {r['heads']} x {r['nodes']}: {r['median_cycles']['period']:,.0f}"
+        for r in s42[f"run1_trace_{side}"]["runs"]
+    )
+    print(f"{what:>13}: cycles a tile, {periods}")
+
+# %% [markdown]
+# With no copies at all the math takes as long as the whole kernel: the math paces a pair, and
+# the time with nothing loading is slack. A faster steady state needs less work in the math
+# warpgroups, not earlier copies (`docs/kernel_notes.md`, forty-second session).
+
+# %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
 # costs at page_size=1 is the `auto at page_size=1` line where that was measured. The kernel is
 # not yet at FlashMLA's level nor at the floor: section 5 prints the targets and where they stand,

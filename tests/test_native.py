@@ -721,6 +721,43 @@ def test_session41_recordings_hold_what_the_notes_say():
     assert [x["w0.p_out"] - x["w1.max_out"] for x in (b, r)] == [563, 842]
 
 
+def test_session42_recordings_hold_what_the_notes_say():
+    """data/history/session42_h100.json (H100): a ragged last prefix split against the plan's even
+    ones (each the faster of two timings, to three places), TV_ROPE_EARLY's table and float64 check,
+    and the pair traces with the copies alone (TV_SKIP=7) and the math alone (TV_SKIP=8)
+    (docs/kernel_notes.md, forty-second session)."""
+    runs = json.loads((ROOT / "data" / "history" / "session42_h100.json").read_text())
+    assert "H100" in runs["machine"]["gpu"]
+    plan, asked = {}, {}
+    for r in runs["run1_ragged"]:
+        shape = (r["context"], r["heads"], r["nodes"])
+        if r["asked"] is None:
+            plan[shape] = r
+        else:
+            asked[shape + (r["prefix_splits"], r["per"])] = r
+    assert len(plan) == 11 and len(asked) == 15
+    ratio = {k: round(r["ms"] / plan[k[:3]]["ms"], 3) for k, r in asked.items()}
+    assert [plan[(32768, 8, 257)]["prefix_splits"], plan[(32768, 8, 257)]["per"]] == [4, 128]
+    assert [ratio[(32768, 8, 257, 4, p)] for p in (129, 130, 131, 132)] == [0.966, 0.977, 0.977, 0.976]
+    assert ratio[(32768, 16, 65, 8, 69)] == 0.966 and ratio[(32768, 16, 65, 8, 71)] == 0.991
+    assert [ratio[k] for k in ((32768, 128, 9, 8, 71), (65536, 128, 9, 8, 141), (185000, 8, 9, 132, 22))] == [
+        0.989,
+        0.989,
+        0.989,
+    ]
+    assert ratio[(32768, 64, 9, 15, 36)] == 1.02 and ratio[(32768, 8, 65, 15, 36)] == 1.006
+    _assert_ratio_table(runs, ("run1_base", "run1_re", 9, 0.99, 1.007, 0.999))
+    _assert_checks_passed(runs, "run1_check_rope_early")
+
+    def period(side: str) -> dict:
+        return {r["heads"]: round(r["median_cycles"]["period"]) for r in runs[f"run1_trace_{side}"]["runs"]}
+
+    full, loads, math_only = period("base"), period("skip7"), period("skip8")
+    assert (full, loads, math_only) == ({8: 2800, 128: 2744}, {8: 1818, 128: 1506}, {8: 2813, 128: 2811})
+    early = {s: round(runs[f"run1_trace_{s}"]["runs"][0]["median_cycles"]["w1.early_in"]) for s in ("base", "re")}
+    assert early == {"base": 1169, "re": 1246}
+
+
 def test_merge_cost_counts_the_partials_past_the_free_bytes():
     rows = 1000  # 2 MB of partials a split
     under = int(MERGE_FREE_BYTES // (rows * 512 * 4))
