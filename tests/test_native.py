@@ -24,6 +24,7 @@ from specdiag.attention.plan import (
     MERGE_BYTES_PER_TILE,
     MERGE_FREE_BYTES,
     TILE_UNIT,
+    LaunchPlan,
     merge_cost,
     merge_groups,
     plan_launch,
@@ -433,6 +434,24 @@ def test_timeline_tool_takes_shapes_and_refuses_malformed_ones():
     for bad in ("32768x8", "1x2x3x4", "ax8x9", "32768x8x9,"):
         with pytest.raises(SystemExit, match="timeline: SHAPES is CTXxHEADSxNODES"):
             tool.parse_shapes(bad)
+
+
+def test_split_counts_tool_takes_counts_and_lengths_and_refuses_malformed_ones():
+    """tools/split_counts/splits.py: N (a split count) or pT (T prefix tiles a split, the last split
+    ragged), each shape's list after the plan's own (None); a one-line error for any other form;
+    pT replaces the plan's split length and count only."""
+    tool = _tool("split_counts", "splits.py")
+    assert tool._parse("32768:8:257=p129/4,185000:8:9=p22") == [
+        ((32768, 8, 257), [None, "p129", 4]),
+        ((185000, 8, 9), [None, "p22"]),
+    ]
+    for bad in ("32768:8:257=px", "32768:8=4", "32768:8:257=p0", "32768:8:257=0", "x", "32768:8:257"):
+        with pytest.raises(SystemExit, match="splits: SPEC is CTX:HEADS:NODES=N/pT"):
+            tool._parse(bad)
+    plan = tool._tiles_per_split(129)(2056, 257, 32768, 1, 132, None, rows_per_cta=64, bn=64)
+    assert plan == LaunchPlan(33, 4, 129, 1, 5, bn=64, rows_per_cta=64)
+    with pytest.raises(SystemExit, match="p513 asks 1..512"):
+        tool._tiles_per_split(513)(2056, 257, 32768, 1, 132, None, rows_per_cta=64, bn=64)
 
 
 def _median_times(runs: dict, *keys: str) -> dict:

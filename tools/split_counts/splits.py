@@ -6,7 +6,7 @@ N: a prefix split count (each split ceil(tiles / N) tiles); pT: T tiles a split,
 taking what is left (a shorter last split frees its SMs first for the tree CTAs launched after it).
 Each row: what was asked (None: the plan's), the plan that ran, do_bench medians (40 ms, twice,
 rotated inputs). Recorded: data/history/session30_h100.json, run9_splits and run10_splits
-(tests/test_native.py checks the plan against them).
+(tests/test_native.py checks the plan against them); data/history/session42_h100.json, run1_ragged.
 """
 
 import dataclasses
@@ -35,20 +35,37 @@ def _tiles_per_split(per: int):
     return plan
 
 
+def _parse(spec: str) -> list:
+    """[((ctx, heads, nodes), [None, N or "pT", ...]), ...] from SPEC, or a one-line exit."""
+    try:
+        out = []
+        for item in spec.split(","):
+            shape, asked = item.split("=")
+            ctx, h, t = (int(x) for x in shape.split(":"))
+            asked = [f"p{int(a[1:])}" if a.startswith("p") else int(a) for a in asked.split("/")]
+            if min(ctx, h, t) < 1 or any(int(str(a).lstrip("p")) < 1 for a in asked):
+                raise ValueError
+            out.append(((ctx, h, t), [None, *asked]))
+        return out
+    except ValueError:
+        raise SystemExit(f"splits: SPEC is CTX:HEADS:NODES=N/pT/...,... with positive integers, got {spec!r}") from None
+
+
 def main(path: str, spec: str) -> None:
+    shapes = _parse(spec)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
-    for item in spec.split(","):
-        shape, counts = item.split("=")
-        ctx, h, t = (int(x) for x in shape.split(":"))
+    for (ctx, h, t), asked in shapes:
+        shape = f"{ctx}:{h}:{t}"
         rot = Rotation(ctx, 1, t, h, l2, seed=ctx + h + t)
-        for n in [None] + counts.split("/"):
-            if n is not None and n.startswith("p"):
+        for n in asked:
+            if isinstance(n, str):
                 native.plan_launch = _tiles_per_split(int(n[1:]))
-                ops = rot.native_ops()
-                native.plan_launch = _plan_launch
+                try:
+                    ops = rot.native_ops()
+                finally:
+                    native.plan_launch = _plan_launch
             else:
-                n = None if n is None else int(n)
                 ops = rot.native_ops(prefix_splits=n)
             pl = ops[0].plan
             ms = [time_rotating([op.run for op in ops], 40.0) for _ in range(2)]
@@ -82,4 +99,6 @@ def main(path: str, spec: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: splits.py OUT.json CTX:HEADS:NODES=N/pT/...,...")
     main(*sys.argv[1:3])
