@@ -747,9 +747,13 @@ def test_session42_recordings_hold_what_the_notes_say():
     (docs/kernel_notes.md, forty-second session)."""
     runs = json.loads((ROOT / "data" / "history" / "session42_h100.json").read_text())
     assert "H100" in runs["machine"]["gpu"]
+
+    def k3(r: dict) -> tuple:
+        return (r["context"], r["heads"], r["nodes"])
+
     plan, asked = {}, {}
     for r in runs["run1_ragged"]:
-        shape = (r["context"], r["heads"], r["nodes"])
+        shape = k3(r)
         if r["asked"] is None:
             plan[shape] = r
         else:
@@ -765,6 +769,11 @@ def test_session42_recordings_hold_what_the_notes_say():
         0.989,
     ]
     assert ratio[(32768, 64, 9, 15, 36)] == 1.02 and ratio[(32768, 8, 65, 15, 36)] == 1.006
+    # at 185k the two timings of one side differ more than the sides do
+    noisy = {(185000, 8, 65), (185000, 128, 9)}
+    spread = [max(r["ms_runs"]) / min(r["ms_runs"]) for r in runs["run1_ragged"] if k3(r) in noisy]
+    assert (round(min(spread) - 1, 3), round(max(spread) - 1, 3)) == (0.013, 0.056)
+    assert max(abs(ratio[k] - 1) for k in ((185000, 8, 65, 15, 200), (185000, 128, 9, 8, 396))) < min(spread) - 1
     _assert_ratio_table(runs, ("run1_base", "run1_re", 9, 0.99, 1.007, 0.999))
     _assert_checks_passed(runs, "run1_check_rope_early")
 
@@ -773,6 +782,7 @@ def test_session42_recordings_hold_what_the_notes_say():
 
     full, loads, math_only = period("base"), period("skip7"), period("skip8")
     assert (full, loads, math_only) == ({8: 2800, 128: 2744}, {8: 1818, 128: 1506}, {8: 2813, 128: 2811})
+    assert [round(loads[h] / full[h], 2) for h in (8, 128)] == [0.65, 0.55]
     early = {s: round(runs[f"run1_trace_{s}"]["runs"][0]["median_cycles"]["w1.early_in"]) for s in ("base", "re")}
     assert early == {"base": 1169, "re": 1246}
 
