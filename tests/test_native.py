@@ -460,6 +460,13 @@ def _median_times(runs: dict, *keys: str) -> dict:
     return {s: statistics.median(v) for s, v in _timings(runs, *keys).items()}
 
 
+def _h100_session(n: int) -> dict:
+    """data/history/session<n>_h100.json, checked to be an H100's recording."""
+    runs = json.loads((ROOT / "data" / "history" / f"session{n}_h100.json").read_text())
+    assert "H100" in runs["machine"]["gpu"]
+    return runs
+
+
 def _assert_checks_passed(runs: dict, *keys: str) -> None:
     """Each recorded ``bench check`` (float64, poisoned buffers) ran its 12 cases and passed them."""
     from specdiag.bench.checks import passed
@@ -613,8 +620,7 @@ def test_session39_recordings_hold_what_the_notes_say():
     four code pairs (docs/kernel_notes.md, thirty-ninth session; its peers run, then
     data/peers_h100.json, is that file's version in git)."""
 
-    runs = json.loads((ROOT / "data" / "history" / "session39_h100.json").read_text())
-    assert "H100" in runs["machine"]["gpu"]
+    runs = _h100_session(39)
     _assert_ratio_table(
         runs,
         ("run1_base", "run1_mb", 7, 0.944, 1.015, 1.006),
@@ -635,8 +641,7 @@ def test_session40_recordings_hold_what_the_notes_say():
     analysis.peer_targets gives them (docs/kernel_notes.md, fortieth session)."""
     from specdiag import analysis, data
 
-    runs = json.loads((ROOT / "data" / "history" / "session40_h100.json").read_text())
-    assert "H100" in runs["machine"]["gpu"]
+    runs = _h100_session(40)
     _assert_ratio_table(
         runs,
         ("run3_base", "run3_mf", 8, 0.981, 1.010, 0.992),
@@ -706,8 +711,7 @@ def test_session41_recordings_hold_what_the_notes_say():
     forty-first session)."""
     from specdiag import analysis
 
-    runs = json.loads((ROOT / "data" / "history" / "session41_h100.json").read_text())
-    assert "H100" in runs["machine"]["gpu"]
+    runs = _h100_session(41)
     _assert_ratio_table(
         runs,
         ("run2_base", "run2_gp1", 9, 1.022, 1.056, 1.030),
@@ -745,8 +749,7 @@ def test_session42_recordings_hold_what_the_notes_say():
     ones (each the faster of two timings, to three places), TV_ROPE_EARLY's table and float64 check,
     and the pair traces with the copies alone (TV_SKIP=7) and the math alone (TV_SKIP=8)
     (docs/kernel_notes.md, forty-second session)."""
-    runs = json.loads((ROOT / "data" / "history" / "session42_h100.json").read_text())
-    assert "H100" in runs["machine"]["gpu"]
+    runs = _h100_session(42)
 
     def k3(r: dict) -> tuple:
         return (r["context"], r["heads"], r["nodes"])
