@@ -42,9 +42,10 @@ def _parse(spec: str) -> list:
         for item in spec.split(","):
             shape, asked = item.split("=")
             ctx, h, t = (int(x) for x in shape.split(":"))
-            asked = [f"p{int(a[1:])}" if a.startswith("p") else int(a) for a in asked.split("/")]
-            if min(ctx, h, t) < 1 or any(int(str(a).lstrip("p")) < 1 for a in asked):
+            counts = [int(a.removeprefix("p")) for a in asked.split("/")]
+            if min(ctx, h, t, *counts) < 1:
                 raise ValueError
+            asked = [f"p{c}" if a.startswith("p") else c for a, c in zip(asked.split("/"), counts)]
             out.append(((ctx, h, t), [None, *asked]))
         return out
     except ValueError:
