@@ -39,9 +39,6 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
-#ifndef TV_QK_STAGGER
-#define TV_QK_STAGGER 0  // pair schedule: warpgroup 1 starts Q K^T (b) once 0's Q K^T (a) is 1: issued, 2: done
-#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -436,12 +433,10 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           if (a + 1 < n) bar_arrive(kBarPairFreeL1, 2 * WG);  // a - 1's late group (our V half and its P) is read
         }
         qk_group(a, Const<1>{});
-        if (TV_QK_STAGGER == 1 && has_b) bar_arrive(kBarPairStagger, 2 * WG);
         wgmma_wait<0>();
         fence_o();
         fence_s();
         trace_pair(0, i, kW0QKDone);
-        if (TV_QK_STAGGER == 2 && has_b) bar_arrive(kBarPairStagger, 2 * WG);
         // softmax of tile a at its own reference max m0, which warpgroup 1 takes; O to m0
         mask(a);
         float m0[2], f[2];
@@ -502,7 +497,6 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         const int i = a >> 1;
         trace_pair(1, i, kW1Top);
         if (has_b) {
-          if (TV_QK_STAGGER) bar_sync(kBarPairStagger, 2 * WG);  // (the tensor pipe to Q K^T (a) first)
           fence_s();
           qk_group(a + 1, Const<0>{});
           qk_group(a + 1, Const<1>{});

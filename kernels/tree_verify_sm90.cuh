@@ -177,7 +177,6 @@ enum NamedBarrier : int {
   kBarPairFreeE1 = 11,  // seesaw, TV_PAIR: the same for an odd tile
   kBarPairFreeL0 = 12,  // seesaw, TV_PAIR: an even tile's late column blocks free (the other's V half, P)
   kBarPairFreeL1 = 13,  // seesaw, TV_PAIR: the same for an odd tile
-  kBarPairStagger = 14,  // seesaw, TV_QK_STAGGER: warpgroup 0's Q K^T (a) issued or done (-> warpgroup 1)
   kBarWideLanded = 1,  // wide, + 3 stage + part: that part of the stage's tile landed (loader -> wg0)
   kBarWideFree = 7,    // wide, + stage: both P V of the stage's tile done (wg0, wg1 -> loader)
   kBarWidePReady = 9,  // wide, + stage: P^T of the stage's tile, its factors and the "moved" flag out (wg0 -> wg1)
