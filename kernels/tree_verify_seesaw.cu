@@ -164,6 +164,7 @@ __device__ __forceinline__ void trace_pair(int who, int pair, PairEvent e) {
 }
 __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
   if (TV_TRACE && (threadIdx.x & 127) == 0 && (blockIdx.x | blockIdx.y | blockIdx.z) == 0) trace_clock(who, TRACE_TILES, e);
+  if (TV_TRACE && (threadIdx.x & 127) == 0) trace_cta(who, e);
 }
 
 // ---- layout arithmetic, host-callable (tests/cuda/wgmma_layout_check.cu) ----

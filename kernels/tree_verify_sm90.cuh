@@ -157,6 +157,28 @@ __device__ __forceinline__ void trace_ns(int who, int row, int slot) {
 #endif
 }
 
+// TV_TRACE=1 builds, every CTA (the first TRACE_CTAS in launch order): slot 0 its SM + 1, then
+// each math warpgroup's KernelEvent e in global ns at 1 + 3 who + e (read by specdiag.bench.trace)
+constexpr int TRACE_CTAS = 2048, CTA_SLOTS = 8;
+#if TV_TRACE
+extern "C" __device__ unsigned long long tv_ctas[TRACE_CTAS][CTA_SLOTS];
+__device__ unsigned long long tv_ctas[TRACE_CTAS][CTA_SLOTS];
+#endif
+__device__ __forceinline__ void trace_cta(int who, int e) {
+#if TV_TRACE
+  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta >= TRACE_CTAS || who > 1) return;
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  tv_ctas[cta][1 + 3 * who + e] = ns;
+  if (who == 0 && e == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    tv_ctas[cta][0] = sm + 1;
+  }
+#endif
+}
+
 // a compile-time int as a value (a lambda's `auto` argument that its body uses as a constant)
 template <int V>
 struct Const {

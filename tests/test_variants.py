@@ -12,10 +12,13 @@ from specdiag.bench.__main__ import main as bench_main
 from specdiag.bench.trace import (
     EVENTS,
     KERNEL_EVENTS,
+    TRACE_CTAS,
     TRACE_IMPLS,
     TRACE_SLOTS,
     TRACE_TILES,
     WIDE_EVENTS,
+    cta_summary,
+    cta_timeline,
     intervals,
     phases,
     summarize,
@@ -148,6 +151,40 @@ def test_trace_phases_split_the_kernel_at_its_first_tile_and_its_epilogue():
     assert phases(row, 4_000.0)["epilogue"] == 53_000 - 50_000
     assert np.isnan(phases(np.zeros((3, TRACE_SLOTS), dtype=np.uint64), 4_000.0)["total"])
     assert len(KERNEL_EVENTS) == 3
+
+
+def test_cta_timeline_takes_each_ctas_split_sm_and_stamps_and_summarizes_its_waves():
+    """A grid of 2 query tiles x (2 prefix splits + 1 tree split): each CTA's start is its earlier
+    math warpgroup's, its ends the later one's, all from the first start; the tree CTA that starts
+    after a prefix CTA has ended counts as a later wave."""
+    raw = np.zeros((TRACE_CTAS, 8), dtype=np.uint64)
+    t = 1_765_000_000_000_000_123  # a global timer's ns: past float64's exact integers
+    #        SM + 1, wg0 entry, loop end, done, wg1 entry, loop end, done
+    raw[0] = [5, t, t + 40_000, t + 42_000, t + 10, t + 40_500, t + 42_500, 0]
+    raw[1] = [6, t + 300, t + 41_000, t + 43_000, t + 200, t + 41_000, t + 43_000, 0]
+    raw[2] = [7, t + 500, t + 39_000, t + 41_000, t + 500, t + 39_000, t + 41_000, 0]
+    raw[3] = [8, t + 600, t + 40_000, t + 45_000, t + 600, t + 40_000, t + 45_000, 0]
+    raw[4] = [9, t + 700, t + 3_700, t + 4_700, t + 700, t + 3_700, t + 4_700, 0]  # tree CTAs
+    raw[5] = [9, t + 5_000, t + 8_000, t + 9_000, t + 5_000, t + 8_000, t + 9_000, 0]  # after CTA 4, same SM
+    tl = cta_timeline(raw, (2, 3, 1), n_prefix_splits=2)
+    assert tl["split"].tolist() == [0, 0, 1, 1, 2, 2] and tl["tree"].tolist() == [False] * 4 + [True] * 2
+    assert tl["sm"].tolist() == [4, 5, 6, 7, 8, 8]
+    assert tl["start"].tolist()[:2] == [0, 200] and tl["loop_end"][0] == 40_500 and tl["end"][0] == 42_500
+    s = cta_summary(tl)
+    assert s["span_us"] == 45.0 and s["later_wave"] == 1
+    assert s["prefix"]["ctas"] == 4 and s["prefix"]["start_last"] == 0.6 and s["prefix"]["end_last"] == 45.0
+    assert s["prefix"]["life_median"] == (42.5 + 42.8) / 2 and s["prefix"]["epilogue_median"] == 2.0
+    assert s["tree"] == {
+        "ctas": 2,
+        **{"start_first": 0.7, "start_median": 2.85, "start_last": 5.0},
+        **{"end_first": 4.7, "end_median": 6.85, "end_last": 9.0},
+        **{"life_median": 4.0, "epilogue_median": 1.0},
+    }
+    raw[3, 2] = 0  # a CTA not stamped (a build without TV_TRACE, or another grid): refused
+    with pytest.raises(ValueError, match="1 of 6 CTAs not stamped"):
+        cta_timeline(raw, (2, 3, 1), n_prefix_splits=2)
+    with pytest.raises(ValueError, match="raw is"):
+        cta_timeline(raw[:10], (2, 3, 1), n_prefix_splits=2)
 
 
 def test_trace_intervals_leave_missing_events_out():
@@ -347,6 +384,14 @@ def test_pair_trace_on_the_gpu():
     assert r["median_cycles"]["period"] > 0 and r["median_cycles"]["w1.pv_done"] > 0
     entry, loop_end, done = np.array(r["kernel_events"], dtype=np.float64).T
     assert (entry > 0).all() and (loop_end > entry).all() and (done >= loop_end).all()
+    # every CTA stamped: 9 query tiles x (14 prefix splits + 1 tree split) on this plan
+    split, sm, start, loop_end, end = np.array(r["ctas"]["rows"]).T
+    assert len(split) == 9 * (r["prefix_splits"] + 1) and sorted(set(split)) == list(range(r["prefix_splits"] + 1))
+    assert (sm >= 0).all() and (sm < torch.cuda.get_device_properties(0).multi_processor_count).all()
+    assert start.min() == 0 and (start < loop_end).all() and (loop_end <= end).all()
+    summary = r["ctas"]["summary"]
+    assert summary["prefix"]["ctas"] == 9 * r["prefix_splits"] and summary["tree"]["ctas"] == 9
+    assert summary["span_us"] * 1e3 == end.max()
 
 
 @pytest.mark.gpu

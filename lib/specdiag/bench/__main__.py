@@ -228,6 +228,8 @@ def main(argv=None) -> int:
                     runs.append(r)
                     med = {k: round(x) if x == x else x for k, x in r["median_cycles"].items()}
                     print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} {ph}")
+                    if "ctas" in r:
+                        print("  CTAs (us):", r["ctas"]["summary"])
         save(a.out, "trace", {"runs": runs})
         return 0
     ceilings = timing.measure_ceilings()

@@ -3,7 +3,8 @@ at each event of its first tiles in one CTA, (0, 0, 0) or for the wide kernel an
 (``tvsee::Event`` and, for the seesaw kernel's pair schedule, ``tvsee::PairEvent`` in
 kernels/tree_verify_seesaw.cu; ``tvwide::Event`` in kernels/tree_verify_wide.cu); ``intervals``,
 ``pair_timeline`` and ``wide_intervals`` turn the events into the waits of each tile or pair, in
-SM cycles."""
+SM cycles. The seesaw kernel's traced build also stamps every CTA's start and end with its SM in
+global ns (``cta_timeline``, ``cta_summary``): the launch as a whole, its waves and its tail."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ __all__ = [
     "wide_intervals",
     "wide_clock",
     "trace_wide",
+    "TRACE_CTAS",
+    "cta_timeline",
+    "cta_summary",
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
@@ -37,6 +41,8 @@ TRACE_SHAPES = ((32768, 64, 65), (185000, 8, 9))  # many query rows; the deploym
 EVENTS = ("top", "other_p", "part0", "parts_all", "qk_done", "p_arrived", "pv_issued")  # tvsee::Event
 LOADER_EVENTS = ("wait_stage", "stage_free", "issued")  # the loader's first warp in slots 0..2, its last in 3..5
 KERNEL_EVENTS = ("entry", "loop_end", "done")  # tvsee::KernelEvent, in row TRACE_TILES
+TRACE_CTAS = 2048  # tvg::TRACE_CTAS: the CTAs (in launch order) whose start and end are stamped
+CTA_SLOTS = 8  # tvg::CTA_SLOTS: the SM + 1, then each math warpgroup's KERNEL_EVENTS in global ns
 
 # interval name -> (from event, to event), both of the tile's owner, in the kernel's order of steps
 OWNER_INTERVALS = {
@@ -97,6 +103,60 @@ def summarize(iv: dict[str, np.ndarray], skip: int = 4) -> dict[str, float]:
     return res
 
 
+def cta_timeline(raw: np.ndarray, grid: tuple[int, int, int], n_prefix_splits: int) -> dict[str, np.ndarray]:
+    """Every CTA of a ``grid`` (x: query tiles, y: splits, z: requests; the first TRACE_CTAS in
+    launch order) from ``raw`` [TRACE_CTAS, CTA_SLOTS] (uint64, 0 = not stamped): its split and SM,
+    and in ns after the launch's first start its start (the earlier math warpgroup's), the end of its
+    loop and its end (the later one's); ``tree``: a split past the prefix's."""
+    if raw.shape != (TRACE_CTAS, CTA_SLOTS):
+        raise ValueError(f"raw is [{TRACE_CTAS}, {CTA_SLOTS}] (TRACE_CTAS, CTA_SLOTS), got {list(raw.shape)}")
+    n = min(int(np.prod(grid)), TRACE_CTAS)
+    ev = raw[:n].astype(np.int64)  # (global ns are ~1e18: differences taken in integers, exact)
+    stamped = (ev[:, :7] > 0).all(1)
+    if not stamped.all():
+        raise ValueError(
+            f"{n - int(stamped.sum())} of {n} CTAs not stamped: a build without TV_TRACE, or a grid other than {grid}"
+        )
+    wg = ev[:, 1:7].reshape(n, 2, len(KERNEL_EVENTS))  # [cta, who, event]
+    entry, loop_end, done = wg[:, :, 0].min(1), wg[:, :, 1].max(1), wg[:, :, 2].max(1)
+    t0 = entry.min()
+    split = (np.arange(n) // grid[0]) % grid[1]
+    return {
+        "split": split,
+        "sm": ev[:, 0] - 1,
+        "tree": split >= n_prefix_splits,
+        "start": (entry - t0).astype(np.float64),
+        "loop_end": (loop_end - t0).astype(np.float64),
+        "end": (done - t0).astype(np.float64),
+    }
+
+
+def cta_summary(tl: dict[str, np.ndarray]) -> dict:
+    """The launch's span, how many CTAs started only after some CTA had ended (a later wave), and
+    per kind (prefix, tree) the count and the first, median and last start and end, the median
+    life (start to end) and epilogue (loop end to end), all in us."""
+    first_end = tl["end"].min()
+    out: dict = {"span_us": float(tl["end"].max()) / 1e3, "later_wave": int((tl["start"] > first_end).sum())}
+    for kind, sel in (("prefix", ~tl["tree"]), ("tree", tl["tree"])):
+        if not sel.any():
+            out[kind] = {"ctas": 0}
+            continue
+        start, end = tl["start"][sel], tl["end"][sel]
+        out[kind] = {
+            "ctas": int(sel.sum()),
+            **{
+                f"start_{k}": float(f(start)) / 1e3
+                for k, f in (("first", np.min), ("median", np.median), ("last", np.max))
+            },
+            **{
+                f"end_{k}": float(f(end)) / 1e3 for k, f in (("first", np.min), ("median", np.median), ("last", np.max))
+            },
+            "life_median": float(np.median(end - start)) / 1e3,
+            "epilogue_median": float(np.median(end - tl["loop_end"][sel])) / 1e3,
+        }
+    return out
+
+
 def trace_seesaw(
     context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, prefix_splits=None
 ) -> dict:
@@ -106,7 +166,7 @@ def trace_seesaw(
     if (defines or {}).get("TV_PAIR", 0):
         raise ValueError("trace_seesaw traces tiles in turns: TV_PAIR must be 0 (the pair schedule: trace_pairs)")
     d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 0}
-    op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
+    op, raw, ctas = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
     n_tiles = _tiles_per_split(op)
     iv = intervals(raw[:, :TRACE_TILES], n_tiles)
     part0 = raw[0, 0, EVENTS.index("part0")]  # tile 0's first part usable (its owner, warpgroup 0); 0: not recorded
@@ -119,6 +179,7 @@ def trace_seesaw(
         phases=phases(raw[:, TRACE_TILES], first_part0),
         events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
         kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
+        ctas=_ctas(op, ctas),
     )
 
 
@@ -166,7 +227,7 @@ def trace_pairs(
     if not (defines or {}).get("TV_PAIR", 1):
         raise ValueError("trace_pairs traces the pair schedule: TV_PAIR=0 is trace_seesaw's")
     d = {**(defines or {}), "TV_TRACE": 1, "TV_PAIR": 1}
-    op, raw = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
+    op, raw, ctas = _traced("wgmma_seesaw", context, heads, nodes, page_size, d, seed, prefix_splits)
     n_tiles = _tiles_per_split(op)
     qk0 = raw[0, 0, PAIR_EVENTS[0].index("qk_done")]
     return dict(
@@ -177,6 +238,7 @@ def trace_pairs(
         phases=phases(raw[:, TRACE_TILES], float(qk0) if qk0 else float("nan")),
         events=raw[:, : min((n_tiles + 1) // 2, TRACE_TILES), :].tolist(),
         kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
+        ctas=_ctas(op, ctas),
     )
 
 
@@ -258,7 +320,8 @@ def _tiles_per_split(op) -> int:
 
 
 def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, defines, seed: int, prefix_splits):
-    """Run ``impl``'s traced build once (after a warm-up) on one request: (its op, the buffer)."""
+    """Run ``impl``'s traced build once (after a warm-up) on one request: (its op, the trace buffer,
+    and for the seesaw kernel the CTA stamps [TRACE_CTAS, CTA_SLOTS], else None)."""
     import torch
 
     from .. import kernels
@@ -281,13 +344,36 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
         raise RuntimeError(
             f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES or TRACE_SLOTS out of step"
         )
+    ctas, cptr = None, None
+    if impl == "wgmma_seesaw":  # (the wide kernel stamps no CTAs)
+        cptr, csize = mod.get_global("tv_ctas")
+        ctas = np.zeros((TRACE_CTAS, CTA_SLOTS), dtype=np.uint64)
+        if ctas.nbytes != csize:
+            raise RuntimeError(
+                f"tv_ctas is {csize} bytes in the module, {ctas.nbytes} expected: TRACE_CTAS or CTA_SLOTS out of step"
+            )
     NativeTreeVerify(**rot.inputs(1), **opts).run()
     torch.cuda.synchronize()
     cuda.memset_d8(ptr, 0, size)
+    if cptr is not None:
+        cuda.memset_d8(cptr, 0, ctas.nbytes)
     op.run()
     torch.cuda.synchronize()
     cuda.memcpy_dtoh(raw, ptr)
-    return op, raw
+    if cptr is not None:
+        cuda.memcpy_dtoh(ctas, cptr)
+    return op, raw, ctas
+
+
+def _ctas(op, ctas: np.ndarray) -> dict:
+    """The launch's CTA timeline (``cta_timeline``, ns rounded) and its ``cta_summary``."""
+    tl = cta_timeline(ctas, (op.plan.m_tiles, op.plan.splits, 1), op.plan.n_prefix_splits)
+    rows = np.stack([tl["split"], tl["sm"], tl["start"], tl["loop_end"], tl["end"]], axis=1)
+    return {
+        "columns": ["split", "sm", "start_ns", "loop_end_ns", "end_ns"],
+        "rows": rows.round().astype(np.int64).tolist(),
+        "summary": cta_summary(tl),
+    }
 
 
 def trace_wide(
@@ -321,7 +407,7 @@ def trace_wide(
             nodes * heads, nodes, context, 1, sms, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile
         ).n_prefix_splits
     d = {**(defines or {}), "TV_TRACE": 1, "TV_TRACE_SPLIT": split}
-    op, raw = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, prefix_splits)
+    op, raw, _ = _traced("wgmma_wide", context, heads, nodes, page_size, d, seed, prefix_splits)
     if op.plan.n_prefix_splits != split and tree:
         raise RuntimeError(f"the traced build planned {op.plan.n_prefix_splits} prefix splits, not {split}")
     n_tiles = min(op.plan.tree_tiles_per_split if tree else _tiles_per_split(op), TRACE_TILES)
