@@ -701,6 +701,29 @@ for side, what in (("base", "default"), ("skip7", "copies alone"), ("skip8", "ma
 # warpgroups, not earlier copies (`docs/kernel_notes.md`, forty-second session).
 
 # %% [markdown]
+# **Where does a launch's time go, CTA by CTA?** The traced build stamps each CTA's SM, start and
+# end. At 520 query rows the prefix CTAs fill 126 of the 132 SMs, and the tree CTAs run on the rest
+# while they do. At 257 nodes the prefix CTAs fill every SM, so the tree CTAs wait for them. An
+# H100, recorded, not re-measured here:
+
+# %%
+s43 = data.load_json("history/session43_h100.json")
+lanes = {(r["context"], r["heads"], r["nodes"]): r for r in s43["run3_trace_ctas"]["runs"]}
+shown = [lanes[(32768, 8, 65)], lanes[(32768, 8, 257)]]
+fig = plots.cta_lanes(shown, source=data.provenance(s43))
+for r in shown:
+    s, p = r["ctas"]["summary"], r["ctas"]["summary"]["prefix"]
+    print(
+        f"{r['context']:,} x {r['heads']} x {r['nodes']}: the launch {s['span_us']:.1f} us, the prefix CTAs end by "
+        f"{p['end_last']:.1f}, the last tree CTA at {s['tree']['end_last']:.1f} ({s['later_wave']} CTAs start "
+        "only after some CTA has ended)"
+    )
+
+# %% [markdown]
+# At 257 nodes the tree CTAs add their whole life to the launch. At every other shape of the
+# recording they end well before the prefix CTAs (`docs/kernel_notes.md`, forty-third session).
+
+# %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix
 # costs at page_size=1 is the `auto at page_size=1` line where that was measured. The kernel is
 # not yet at FlashMLA's level nor at the floor: section 5 prints the targets and where they stand,

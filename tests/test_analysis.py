@@ -224,6 +224,20 @@ def test_figures_show_at_most_six_series_and_where_their_numbers_come_from():
     )
 
 
+def test_cta_lanes_draw_every_cta_of_each_launch_by_kind():
+    from specdiag import plots
+
+    doc = data.load_json("history/session43_h100.json")
+    runs = doc["run3_trace_ctas"]["runs"][:2]
+    fig = plots.cta_lanes(runs, source=data.provenance(doc))
+    assert len(fig.axes) == 2 and data.provenance(doc) in fig._suptitle.get_text()
+    for ax, r in zip(fig.axes, runs):
+        bars = {c.get_label(): len(c.get_segments()) for c in ax.collections}
+        tree = sum(x[0] >= r["prefix_splits"] for x in r["ctas"]["rows"])
+        assert bars == {"a prefix split's CTA": len(r["ctas"]["rows"]) - tree, "a tree CTA": tree}
+    assert fig.axes[-1].get_legend() is not None
+
+
 def test_peer_table_sets_ours_against_each_peer_it_holds():
     import pandas as pd
 

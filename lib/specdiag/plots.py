@@ -13,6 +13,7 @@ __all__ = [
     "gap_vs_context",
     "speedup_bars",
     "peers_vs_context",
+    "cta_lanes",
     "SERIES",
     "PEER_SERIES",
 ]
@@ -120,3 +121,30 @@ def peers_vs_context(df, heads: int, nodes: int, source: str | None = None):
     ax.set_ylabel("one layer's verify attention (us)")
     ax.set_title(titled(f"beside the real peers: {heads} heads, {nodes}-node tree", source))
     return _finish(fig, ax)
+
+
+def cta_lanes(traces: list[dict], source: str | None = None):
+    """Each SM's CTAs over one launch, a panel per trace (``bench.trace.trace_pairs`` results with
+    their ``ctas``): a bar from each CTA's start to its end, prefix and tree CTAs apart."""
+    fig, axes = plt.subplots(1, len(traces), figsize=(5.5 * len(traces), 4.5), squeeze=False)
+    kinds = (("prefix", "tab:blue", "a prefix split's CTA"), ("tree", "tab:orange", "a tree CTA"))
+    for ax, r in zip(axes[0], traces):
+        rows, n = r["ctas"]["rows"], r["prefix_splits"]
+        for kind, color, label in kinds:
+            sel = [x for x in rows if (x[0] >= n) == (kind == "tree")]
+            ax.hlines(
+                [x[1] for x in sel],
+                [x[2] / 1e3 for x in sel],
+                [x[4] / 1e3 for x in sel],
+                color=color,
+                lw=1.5,
+                label=label,
+            )
+        ax.set_xlabel("us after the launch's first CTA starts")
+        ax.set_ylabel("SM")
+        ax.set_title(f"{r['context']:,} tokens x {r['heads']} heads x {r['nodes']} nodes", fontsize=10)
+        ax.grid(alpha=0.3)
+    legend_outside(axes[0][-1])
+    fig.suptitle(titled("every CTA of one launch, by SM", source), fontsize=10)
+    fig.tight_layout()
+    return fig
