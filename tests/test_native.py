@@ -436,6 +436,28 @@ def test_timeline_tool_takes_shapes_and_refuses_malformed_ones():
             tool.parse_shapes(bad)
 
 
+def test_hot_loop_tool_takes_shapes_and_reads_the_traced_ctas_clock():
+    """tools/kernel_timeline/hot_loop.py: SHAPES as CTXxHEADSxNODES (a one-line error otherwise);
+    CTA (0, 0, 0)'s cycles from its math warpgroups' first entry to last end over its stamped ns."""
+    import numpy as np
+
+    from specdiag.bench.trace import CTA_SLOTS, TRACE_CTAS, TRACE_SLOTS, TRACE_TILES
+
+    tool = _tool("kernel_timeline", "hot_loop.py")
+    assert tool.parse_shapes("32768x8x65,32768x128x65") == [(32768, 8, 65), (32768, 128, 65)]
+    with pytest.raises(SystemExit, match="hot_loop: SHAPES is CTXxHEADSxNODES"):
+        tool.parse_shapes("32768x8")
+    trace = np.zeros((3, TRACE_TILES + 1, TRACE_SLOTS), dtype=np.uint64)
+    ctas = np.zeros((TRACE_CTAS, CTA_SLOTS), dtype=np.uint64)
+    with pytest.raises(ValueError, match="not stamped"):
+        tool.cta0_clock(trace, ctas)
+    trace[0, TRACE_TILES, :3] = [1_000, 150_000, 171_000]  # warpgroup 0: entry, loop end, done
+    trace[1, TRACE_TILES, :3] = [990, 150_500, 172_000]
+    t = 1_765_000_000_000_000_000
+    ctas[0, :7] = [5, t + 10, t + 87_000, t + 99_000, t, t + 87_400, t + 100_000]
+    assert tool.cta0_clock(trace, ctas) == {"cta0_cycles": 171_010, "cta0_ns": 100_000, "effective_ghz": 1.7101}
+
+
 def test_split_counts_tool_takes_counts_and_lengths_and_refuses_malformed_ones():
     """tools/split_counts/splits.py: N (a split count) or pT (T prefix tiles a split, the last split
     ragged), each shape's list after the plan's own (None); a one-line error for any other form;
@@ -911,6 +933,45 @@ def test_session43_recordings_hold_what_the_notes_say():
     others = [v for k, v in cta.items() if k != (32768, 8, 257)]
     assert all(v["tree"]["end_last"] < v["prefix"]["end_first"] for v in others)
     assert [round(v["tree"]["life_median"], 1) for v in others] == [10.0, 10.0, 8.5, 7.4, 10.3, 8.6, 7.4, 8.6]
+    # a hot loop each (run 4): ours over FlashMLA's by pair, all at the software power cap; the
+    # traced loop's effective clock against NVML's reading
+    loop: dict = {}
+    for r in runs["run4_clock_loop"]:
+        loop.setdefault((r["shape"], r["impl"]), []).append(r)
+    by_pair = [
+        round(a["us_per_call"] / b["us_per_call"], 3)
+        for s in ("32768x8x65", "32768x16x65", "32768x128x65")
+        for a, b in zip(loop[(s, "native")], loop[(s, "flashmla")])
+    ]
+    assert by_pair == [1.066, 1.04, 1.027, 1.035, 1.056, 1.048]
+    assert {r["reasons_or"] & 4 for r in runs["run4_clock_loop"]} == {4}
+    assert [round(r["effective_ghz"], 2) for r in runs["run4_clock_loop"] if r["impl"] == "traced"] == [1.72, 1.7, 1.52]
+    assert [
+        round(1e3 * r["effective_ghz"] / r["mhz_median"], 2) for r in runs["run4_clock_loop"] if r["impl"] == "traced"
+    ] == [0.91, 0.93, 0.89]
+    assert [r["mhz_median"] for r in runs["run4_clock_loop"] if r["impl"] == "traced"] == [1890, 1830, 1710]
+    watts: dict = {}
+    for r in runs["run4_clock_loop"]:
+        watts.setdefault(r["shape"], []).append(r["w_median"])
+    assert [(round(min(w)), round(max(w))) for w in watts.values()] == [(189, 691), (688, 692), (679, 689)]
+    # a last split a few tiles short at 257 nodes (run 4, once): against the plan's fastest of four timings
+    ragged: dict = {}
+    for r in runs["run4_ragged257"]:
+        ragged.setdefault(k3(r), []).append(r)
+    for shape, rows in ragged.items():
+        plan = [x for r in rows if r["asked"] in (None, 4) for x in r["ms_runs"]]
+        got = {r["asked"]: round(r["ms"] / min(plan), 3) for r in rows if r["asked"] not in (None, 4)}
+        if shape == (32768, 8, 257):
+            assert got == {"p129": 0.986, "p130": 0.975, "p131": 0.992}
+        else:  # the plan's own timings spread more than the sides differ
+            assert max(plan) / min(plan) - 1 > max(abs(q - 1) for q in got.values())
+    spread = [
+        max(p) / min(p)
+        for p in (
+            [x for r in v if r["asked"] in (None, 4) for x in r["ms_runs"]] for k, v in ragged.items() if k[0] > 32768
+        )
+    ]
+    assert (round(min(spread) - 1, 3), round(max(spread) - 1, 3)) == (0.061, 0.141)
 
 
 def test_merge_cost_counts_the_partials_past_the_free_bytes():

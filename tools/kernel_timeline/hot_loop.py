@@ -30,16 +30,20 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def _sample(nv, h, stop: threading.Event, rows: list) -> None:
-    """NVML's SM clock (MHz), power (W) and clock-event reasons every 5 ms until ``stop``."""
+    """NVML's SM clock (MHz), power (W) and clock-event reasons (-1: not readable) every 5 ms until ``stop``."""
     reasons = (
         getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     while not stop.is_set():
+        try:
+            why = reasons(h)
+        except nv.NVMLError:
+            why = -1
         rows.append(
             {
                 "mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
                 "w": nv.nvmlDeviceGetPowerUsage(h) / 1e3,
-                "reasons": reasons(h),
+                "reasons": why,
             }
         )
         time.sleep(0.005)
@@ -69,7 +73,7 @@ def hot_loop(calls: list, nv, h, seconds: float = 0.4) -> dict:
     sampler.join()
     reasons = 0
     for r in rows:
-        reasons |= r["reasons"]
+        reasons |= max(0, r["reasons"])
     return {
         "calls": n,
         "us_per_call": start.elapsed_time(end) * 1e3 / n,
@@ -81,9 +85,23 @@ def hot_loop(calls: list, nv, h, seconds: float = 0.4) -> dict:
     }
 
 
+def cta0_clock(trace, ctas) -> dict:
+    """CTA (0, 0, 0)'s cycles (its math warpgroups' first entry to last end, row TRACE_TILES of the
+    trace buffer [3, TRACE_TILES + 1, TRACE_SLOTS]) over its global-timer ns (row 0 of the CTA
+    stamps [TRACE_CTAS, CTA_SLOTS]): the clock it ran at."""
+    from specdiag.bench.trace import TRACE_TILES
+
+    kernel = trace[:2, TRACE_TILES, :3].astype("int64")  # [math warpgroup, entry / loop end / done]
+    cta0 = ctas[0].astype("int64")  # SM + 1, then each math warpgroup's entry, loop end, done
+    if (kernel == 0).any() or (cta0[1:7] == 0).any():
+        raise ValueError("CTA (0, 0, 0) is not stamped: not a traced build's buffers")
+    cycles = int(kernel[:, 2].max() - kernel[:, 0].min())
+    ns = int(max(cta0[3], cta0[6]) - min(cta0[1], cta0[4]))
+    return {"cta0_cycles": cycles, "cta0_ns": ns, "effective_ghz": cycles / ns}
+
+
 def effective_clock(op) -> dict:
-    """The traced build's last call: CTA (0, 0, 0)'s cycles (its math warpgroups' first entry to last
-    end) over its global-timer ns."""
+    """``cta0_clock`` of the traced build's last call (``op``: one of its NativeTreeVerify)."""
     import numpy as np
     import pycuda.driver as cuda
     import torch
@@ -98,11 +116,7 @@ def effective_clock(op) -> dict:
         ptr, _ = mod.get_global(name)
         bufs[name] = np.zeros(shape, dtype=np.uint64)
         cuda.memcpy_dtoh(bufs[name], ptr)
-    kernel = bufs["tv_trace"][:2, TRACE_TILES, :3].astype(np.int64)  # [math warpgroup, entry/loop end/done]
-    cta0 = bufs["tv_ctas"][0].astype(np.int64)
-    cycles = int(kernel[:, 2].max() - kernel[:, 0].min())
-    ns = int(max(cta0[3], cta0[6]) - min(cta0[1], cta0[4]))
-    return {"cta0_cycles": cycles, "cta0_ns": ns, "effective_ghz": cycles / ns}
+    return cta0_clock(bufs["tv_trace"], bufs["tv_ctas"])
 
 
 def main(path: str, shapes) -> None:
