@@ -17,6 +17,7 @@ from specdiag.bench.trace import (
     TRACE_SLOTS,
     TRACE_TILES,
     WIDE_EVENTS,
+    cta0_clock,
     cta_summary,
     cta_timeline,
     intervals,
@@ -185,6 +186,20 @@ def test_cta_timeline_takes_each_ctas_split_sm_and_stamps_and_summarizes_its_wav
         cta_timeline(raw, (2, 3, 1), n_prefix_splits=2)
     with pytest.raises(ValueError, match="raw is"):
         cta_timeline(raw[:10], (2, 3, 1), n_prefix_splits=2)
+
+
+def test_cta0_clock_is_its_cycles_over_its_stamped_ns():
+    """CTA (0, 0, 0)'s cycles from its math warpgroups' first entry to last end over its stamped ns;
+    unstamped buffers are refused."""
+    trace = np.zeros((3, TRACE_TILES + 1, TRACE_SLOTS), dtype=np.uint64)
+    ctas = np.zeros((TRACE_CTAS, 8), dtype=np.uint64)
+    with pytest.raises(ValueError, match="not stamped"):
+        cta0_clock(trace, ctas)
+    trace[0, TRACE_TILES, :3] = [1_000, 150_000, 171_000]  # warpgroup 0: entry, loop end, done
+    trace[1, TRACE_TILES, :3] = [990, 150_500, 172_000]
+    t = 1_765_000_000_000_000_000
+    ctas[0, :7] = [5, t + 10, t + 87_000, t + 99_000, t, t + 87_400, t + 100_000]
+    assert cta0_clock(trace, ctas) == {"cta0_cycles": 171_010, "cta0_ns": 100_000, "effective_ghz": 1.7101}
 
 
 def test_trace_intervals_leave_missing_events_out():
@@ -392,6 +407,7 @@ def test_pair_trace_on_the_gpu():
     summary = r["ctas"]["summary"]
     assert summary["prefix"]["ctas"] == 9 * r["prefix_splits"] and summary["tree"]["ctas"] == 9
     assert summary["span_us"] * 1e3 == end.max()
+    assert 0.5 < r["ctas"]["clock"]["effective_ghz"] < 3.0  # an SM's clock, in GHz
 
 
 @pytest.mark.gpu

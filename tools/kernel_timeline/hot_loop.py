@@ -85,30 +85,15 @@ def hot_loop(calls: list, nv, h, seconds: float = 0.4) -> dict:
     }
 
 
-def cta0_clock(trace, ctas) -> dict:
-    """CTA (0, 0, 0)'s cycles (its math warpgroups' first entry to last end, row TRACE_TILES of the
-    trace buffer [3, TRACE_TILES + 1, TRACE_SLOTS]) over its global-timer ns (row 0 of the CTA
-    stamps [TRACE_CTAS, CTA_SLOTS]): the clock it ran at."""
-    from specdiag.bench.trace import TRACE_TILES
-
-    kernel = trace[:2, TRACE_TILES, :3].astype("int64")  # [math warpgroup, entry / loop end / done]
-    cta0 = ctas[0].astype("int64")  # SM + 1, then each math warpgroup's entry, loop end, done
-    if (kernel == 0).any() or (cta0[1:7] == 0).any():
-        raise ValueError("CTA (0, 0, 0) is not stamped: not a traced build's buffers")
-    cycles = int(kernel[:, 2].max() - kernel[:, 0].min())
-    ns = int(max(cta0[3], cta0[6]) - min(cta0[1], cta0[4]))
-    return {"cta0_cycles": cycles, "cta0_ns": ns, "effective_ghz": cycles / ns}
-
-
 def effective_clock(op) -> dict:
-    """``cta0_clock`` of the traced build's last call (``op``: one of its NativeTreeVerify)."""
+    """``bench.trace.cta0_clock`` of the traced build's last call (``op``: one of its NativeTreeVerify)."""
     import numpy as np
     import pycuda.driver as cuda
     import torch
 
     from specdiag import kernels
     from specdiag.attention.registry import KERNELS
-    from specdiag.bench.trace import CTA_SLOTS, TRACE_CTAS, TRACE_SLOTS, TRACE_TILES
+    from specdiag.bench.trace import CTA_SLOTS, TRACE_CTAS, TRACE_SLOTS, TRACE_TILES, cta0_clock
 
     mod = kernels.load_module(KERNELS["wgmma_seesaw"].source, torch.cuda.current_device(), op.defines)
     bufs = {}

@@ -229,7 +229,7 @@ def main(argv=None) -> int:
                     med = {k: round(x) if x == x else x for k, x in r["median_cycles"].items()}
                     print(f"ctx={ctx} H={heads} T={nodes} ps={ps} {v}: {med} {ph}")
                     if "ctas" in r:
-                        print("  CTAs (us):", r["ctas"]["summary"])
+                        print("  CTAs (us):", r["ctas"]["summary"], "CTA 0's clock:", r["ctas"]["clock"])
         save(a.out, "trace", {"runs": runs})
         return 0
     ceilings = timing.measure_ceilings()

@@ -32,6 +32,7 @@ __all__ = [
     "TRACE_CTAS",
     "cta_timeline",
     "cta_summary",
+    "cta0_clock",
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
@@ -157,6 +158,19 @@ def cta_summary(tl: dict[str, np.ndarray]) -> dict:
     return out
 
 
+def cta0_clock(trace: np.ndarray, ctas: np.ndarray) -> dict:
+    """The clock CTA (0, 0, 0) ran at: its cycles (its math warpgroups' first entry to last end, row
+    TRACE_TILES of the trace buffer [3, TRACE_TILES + 1, TRACE_SLOTS]) over its global-timer ns (row
+    0 of the CTA stamps [TRACE_CTAS, CTA_SLOTS])."""
+    kernel = trace[:2, TRACE_TILES, : len(KERNEL_EVENTS)].astype(np.int64)  # [math warpgroup, event]
+    cta0 = ctas[0].astype(np.int64)  # SM + 1, then each math warpgroup's entry, loop end, done
+    if (kernel == 0).any() or (cta0[1:7] == 0).any():
+        raise ValueError("CTA (0, 0, 0) is not stamped: not a traced build's buffers")
+    cycles = int(kernel[:, 2].max() - kernel[:, 0].min())
+    ns = int(max(cta0[3], cta0[6]) - min(cta0[1], cta0[4]))
+    return {"cta0_cycles": cycles, "cta0_ns": ns, "effective_ghz": cycles / ns}
+
+
 def trace_seesaw(
     context: int, heads: int, nodes: int, page_size: int = 1, defines=None, seed: int = 0, prefix_splits=None
 ) -> dict:
@@ -179,7 +193,7 @@ def trace_seesaw(
         phases=phases(raw[:, TRACE_TILES], first_part0),
         events=raw[:, : min(n_tiles, TRACE_TILES), :7].tolist(),
         kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
-        ctas=_ctas(op, ctas),
+        ctas=_ctas(op, raw, ctas),
     )
 
 
@@ -238,7 +252,7 @@ def trace_pairs(
         phases=phases(raw[:, TRACE_TILES], float(qk0) if qk0 else float("nan")),
         events=raw[:, : min((n_tiles + 1) // 2, TRACE_TILES), :].tolist(),
         kernel_events=raw[:, TRACE_TILES, : len(KERNEL_EVENTS)].tolist(),
-        ctas=_ctas(op, ctas),
+        ctas=_ctas(op, raw, ctas),
     )
 
 
@@ -365,14 +379,16 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
     return op, raw, ctas
 
 
-def _ctas(op, ctas: np.ndarray) -> dict:
-    """The launch's CTA timeline (``cta_timeline``, ns rounded) and its ``cta_summary``."""
+def _ctas(op, raw: np.ndarray, ctas: np.ndarray) -> dict:
+    """The launch's CTA timeline (``cta_timeline``, ns rounded), its ``cta_summary`` and the clock
+    CTA (0, 0, 0) ran at (``cta0_clock``)."""
     tl = cta_timeline(ctas, (op.plan.m_tiles, op.plan.splits, 1), op.plan.n_prefix_splits)
     rows = np.stack([tl["split"], tl["sm"], tl["start"], tl["loop_end"], tl["end"]], axis=1)
     return {
         "columns": ["split", "sm", "start_ns", "loop_end_ns", "end_ns"],
         "rows": rows.round().astype(np.int64).tolist(),
         "summary": cta_summary(tl),
+        "clock": cta0_clock(raw, ctas),
     }
 
 
