@@ -1,9 +1,9 @@
 """Each verify in a hot loop (about 0.4 s of calls back to back, a synchronize every 20, rotated
-inputs, no flush): its time a call from events, and meanwhile NVML's SM clock, power and clock-event reasons (their OR: 4 is
-the software power cap). For ours a traced build's loop as well (``traced``, TV_TRACE=1 with the
-pair schedule), whose last call gives the effective clock: CTA (0, 0, 0)'s clock64 cycles over its
-global-timer ns, beside what NVML reports. Impls run in the order native, flashmla, traced,
-native, flashmla at each shape.
+inputs, no flush): its time a call from events, and meanwhile NVML's SM clock, power and
+clock-event reasons (their OR: 4 is the software power cap). For ours a traced build's loop as well
+(``traced``, TV_TRACE=1 with the pair schedule), whose last call gives the effective clock: CTA
+(0, 0, 0)'s clock64 cycles over its global-timer ns, beside what NVML reports. Impls run in the
+order native, flashmla, traced, native, flashmla at each shape.
 
 Usage (on the GPU, FlashMLA's wheel and nvidia-ml-py importable):
   python tools/kernel_timeline/hot_loop.py OUT.json CTXxHEADSxNODES[,...]
