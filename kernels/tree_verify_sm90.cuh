@@ -148,12 +148,16 @@ __device__ __forceinline__ void trace_clock(int who, int row, int slot) {
   tv_trace[who][row][slot] = clock64();
 #endif
 }
-// the same with the global timer (ns): two of each on one SM give its clock rate
-__device__ __forceinline__ void trace_ns(int who, int row, int slot) {
-#if TV_TRACE
+// the global timer (ns), the same on every SM
+__device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  tv_trace[who][row][slot] = ns;
+  return ns;
+}
+// trace_clock with the global timer: two of each on one SM give its clock rate
+__device__ __forceinline__ void trace_ns(int who, int row, int slot) {
+#if TV_TRACE
+  tv_trace[who][row][slot] = global_ns();
 #endif
 }
 
@@ -168,9 +172,7 @@ __device__ __forceinline__ void trace_cta(int who, int e) {
 #if TV_TRACE
   const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (cta >= TRACE_CTAS || who > 1) return;
-  unsigned long long ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  tv_ctas[cta][1 + 3 * who + e] = ns;
+  tv_ctas[cta][1 + 3 * who + e] = global_ns();
   if (who == 0 && e == 0) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
