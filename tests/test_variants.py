@@ -202,6 +202,24 @@ def test_cta0_clock_is_its_cycles_over_its_stamped_ns():
     assert cta0_clock(trace, ctas) == {"cta0_cycles": 171_010, "cta0_ns": 100_000, "effective_ghz": 1.7101}
 
 
+def test_traced_buffers_are_checked_against_the_modules_sizes():
+    """A traced build's buffer comes back as a zeroed host array of trace.py's shape, and a module
+    whose buffer has another size (the kernel's TRACE_* constants changed alone) is refused."""
+    from specdiag.bench import trace
+
+    class Module:
+        def __init__(self, size):
+            self.size = size
+
+        def get_global(self, name):
+            return 1234, self.size
+
+    ptr, host = trace._global(Module(TRACE_CTAS * 8 * 8), "tv_ctas")
+    assert ptr == 1234 and host.shape == (TRACE_CTAS, 8) and host.dtype == np.uint64 and not host.any()
+    with pytest.raises(RuntimeError, match="tv_trace is 8 bytes in the module"):
+        trace._global(Module(8), "tv_trace")
+
+
 def test_trace_intervals_leave_missing_events_out():
     raw = _synthetic(10, 3000, [0, 110, 3500, 4700, 5300, 6300, 6530], [-4000, -3960, -1000])
     raw[1, :, EVENTS.index("p_arrived")] = 0  # the odd tiles lose an event

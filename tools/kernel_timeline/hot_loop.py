@@ -87,21 +87,9 @@ def hot_loop(calls: list, nv, h, seconds: float = 0.4) -> dict:
 
 def effective_clock(op) -> dict:
     """``bench.trace.cta0_clock`` of the traced build's last call (``op``: one of its NativeTreeVerify)."""
-    import numpy as np
-    import pycuda.driver as cuda
-    import torch
+    from specdiag.bench.trace import cta0_clock, read_stamps
 
-    from specdiag import kernels
-    from specdiag.attention.registry import KERNELS
-    from specdiag.bench.trace import CTA_SLOTS, TRACE_CTAS, TRACE_SLOTS, TRACE_TILES, cta0_clock
-
-    mod = kernels.load_module(KERNELS["wgmma_seesaw"].source, torch.cuda.current_device(), op.defines)
-    bufs = {}
-    for name, shape in (("tv_trace", (3, TRACE_TILES + 1, TRACE_SLOTS)), ("tv_ctas", (TRACE_CTAS, CTA_SLOTS))):
-        ptr, _ = mod.get_global(name)
-        bufs[name] = np.zeros(shape, dtype=np.uint64)
-        cuda.memcpy_dtoh(bufs[name], ptr)
-    return cta0_clock(bufs["tv_trace"], bufs["tv_ctas"])
+    return cta0_clock(*read_stamps(op))
 
 
 def main(path: str, shapes) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "cta_timeline",
     "cta_summary",
     "cta0_clock",
+    "read_stamps",
 ]
 
 TRACE_TILES = 128  # tvg::TRACE_TILES; the buffer has one more row, the whole-kernel events
@@ -146,11 +147,9 @@ def cta_summary(tl: dict[str, np.ndarray]) -> dict:
         out[kind] = {
             "ctas": int(sel.sum()),
             **{
-                f"start_{k}": float(f(start)) / 1e3
+                f"{what}_{k}": float(f(x)) / 1e3
+                for what, x in (("start", start), ("end", end))
                 for k, f in (("first", np.min), ("median", np.median), ("last", np.max))
-            },
-            **{
-                f"end_{k}": float(f(end)) / 1e3 for k, f in (("first", np.min), ("median", np.median), ("last", np.max))
             },
             "life_median": float(np.median(end - start)) / 1e3,
             "epilogue_median": float(np.median(end - tl["loop_end"][sel])) / 1e3,
@@ -352,31 +351,49 @@ def _traced(impl: str, context: int, heads: int, nodes: int, page_size: int, def
     mod = kernels.load_module(KERNELS[impl].source, torch.cuda.current_device(), op.defines)
     import pycuda.driver as cuda
 
-    ptr, size = mod.get_global("tv_trace")
-    raw = np.zeros((3, TRACE_TILES + 1, TRACE_SLOTS), dtype=np.uint64)
-    if raw.nbytes != size:
-        raise RuntimeError(
-            f"tv_trace is {size} bytes in the module, {raw.nbytes} expected: TRACE_TILES or TRACE_SLOTS out of step"
-        )
-    ctas, cptr = None, None
-    if impl == "wgmma_seesaw":  # (the wide kernel stamps no CTAs)
-        cptr, csize = mod.get_global("tv_ctas")
-        ctas = np.zeros((TRACE_CTAS, CTA_SLOTS), dtype=np.uint64)
-        if ctas.nbytes != csize:
-            raise RuntimeError(
-                f"tv_ctas is {csize} bytes in the module, {ctas.nbytes} expected: TRACE_CTAS or CTA_SLOTS out of step"
-            )
+    bufs = [_global(mod, "tv_trace")] + ([_global(mod, "tv_ctas")] if impl == "wgmma_seesaw" else [])
     NativeTreeVerify(**rot.inputs(1), **opts).run()
     torch.cuda.synchronize()
-    cuda.memset_d8(ptr, 0, size)
-    if cptr is not None:
-        cuda.memset_d8(cptr, 0, ctas.nbytes)
+    for ptr, host in bufs:
+        cuda.memset_d8(ptr, 0, host.nbytes)
     op.run()
     torch.cuda.synchronize()
-    cuda.memcpy_dtoh(raw, ptr)
-    if cptr is not None:
-        cuda.memcpy_dtoh(ctas, cptr)
-    return op, raw, ctas
+    for ptr, host in bufs:
+        cuda.memcpy_dtoh(host, ptr)
+    return op, bufs[0][1], bufs[1][1] if len(bufs) > 1 else None  # (the wide kernel stamps no CTAs)
+
+
+# the traced build's device buffers and their shapes here
+_BUFFERS = {"tv_trace": (3, TRACE_TILES + 1, TRACE_SLOTS), "tv_ctas": (TRACE_CTAS, CTA_SLOTS)}
+
+
+def _global(mod, name: str) -> tuple:
+    """(device pointer, zeroed host array) of the traced build's buffer ``name``, its size checked."""
+    ptr, size = mod.get_global(name)
+    host = np.zeros(_BUFFERS[name], dtype=np.uint64)
+    if host.nbytes != size:
+        raise RuntimeError(
+            f"{name} is {size} bytes in the module, {host.nbytes} expected: {_BUFFERS[name]} out of step"
+        )
+    return ptr, host
+
+
+def read_stamps(op) -> tuple[np.ndarray, np.ndarray]:
+    """The seesaw kernel's traced build's trace buffer and CTA stamps as its last launch left them
+    (``op``: a NativeTreeVerify of that build)."""
+    import pycuda.driver as cuda
+    import torch
+
+    from .. import kernels
+    from ..attention.registry import KERNELS
+
+    mod = kernels.load_module(KERNELS["wgmma_seesaw"].source, torch.cuda.current_device(), op.defines)
+    out = []
+    for name in ("tv_trace", "tv_ctas"):
+        ptr, host = _global(mod, name)
+        cuda.memcpy_dtoh(host, ptr)
+        out.append(host)
+    return out[0], out[1]
 
 
 def _ctas(op, raw: np.ndarray, ctas: np.ndarray) -> dict:
