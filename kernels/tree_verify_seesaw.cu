@@ -33,9 +33,6 @@
 #ifndef TV_PAIR
 #define TV_PAIR 1  // 0: tiles in turns (docs/kernel_notes.md, thirty-third session)
 #endif
-#ifndef TV_P_STSM
-#define TV_P_STSM 0  // 1: in the pair schedule P is stored with 4 stmatrix a tile instead of 16 st.shared
-#endif
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
@@ -171,9 +168,6 @@ __device__ __forceinline__ void trace_kernel(int who, KernelEvent e) {
 // where tile t's P lives in its stage (stage base + ROPE_OFF), its layout and descriptors
 TVG_HD constexpr uint32_t p_buf(uint32_t stage_base) { return stage_base + ROPE_OFF; }
 TVG_HD constexpr uint32_t p_offset(int r, int nt, int t4) { return p64_offset(r, nt, t4); }
-// the row a lane addresses in stmatrix_x4 of P's keys 16 kk .. for a warp's rows wr ..: its
-// matrices are (rows wr .., keys 16 kk ..), (wr + 8, 16 kk), (wr, 16 kk + 8), (wr + 8, 16 kk + 8)
-TVG_HD constexpr uint32_t p_stsm_row(int wr, int lane) { return p_offset(wr + 8 * ((lane >> 3) & 1) + (lane & 7), lane >> 4, 0); }
 TVG_HD constexpr uint64_t p_desc(uint32_t buf, int kk) { return p64_desc(buf, kk); }
 TVG_HD constexpr uint64_t v_desc(uint32_t tile_base, int wg, int kk) { return v64_desc(tile_base, wg, kk); }
 // the bytes between P V's k-steps in P's buffer and in the tile (desc_add)
@@ -382,18 +376,12 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     // this warpgroup's P fragments into the tile's P buffer: a's in its stage's rope block, b's apart
     const uint32_t p_odd = smem_u32(reinterpret_cast<PairP<true>&>(sm.pair).p);  // (sm.pair is PairP<true> here)
     auto p_of = [&](int tile) { return (tile & 1) ? p_odd : p_buf(stage(tile)); };
-    const uint32_t stsm_row = p_stsm_row(wr, threadIdx.x & 31);
     auto store_p = [&](int tile, bool fence = true) {
       const uint32_t pb = p_of(tile);
-      if constexpr (TV_P_STSM) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) stmatrix_x4(pb + stsm_row + p_offset(0, 2 * kk, 0), pa[kk]);
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-          st_shared_u32(pb + p_offset(wr + g, nt, t4), pa[nt >> 1][2 * (nt & 1)]);
-          st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), pa[nt >> 1][2 * (nt & 1) + 1]);
-        }
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        st_shared_u32(pb + p_offset(wr + g, nt, t4), pa[nt >> 1][2 * (nt & 1)]);
+        st_shared_u32(pb + p_offset(wr + g + 8, nt, t4), pa[nt >> 1][2 * (nt & 1) + 1]);
       }
       if (fence) fence_proxy_async();  // P is read by the other warpgroup's wgmma (async proxy)
     };

@@ -98,13 +98,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void st_shared_u32(uint32_t dst, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v) : "memory");
 }
-// four 8x8 bf16 matrices from their mma fragments (register m: matrix m, row lane / 4, columns
-// 2 (lane % 4) ..); lane l gives the address of row l % 8 of matrix l / 8
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
-               ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
 // The dynamic shared memory as a Smem struct, its base rounded up to 1024 bytes (the swizzle pattern
 // is keyed to 1024-byte address bits; the host adds the slack).
 template <class Smem>

@@ -134,14 +134,6 @@ static void check_seesaw(int p_buffers, uint32_t p_buf_bytes) {
   const uint32_t q_base = 1024, k_base = 1024 + W::Q_B + (W::STAGES - 1) * W::TILE_B;
   check_loads<W::BN, W::WG>(k_base);         // a key tile, by one warpgroup
   check_loader_steps<W::BN, W::WG>();
-  for (int wr = 0; wr < W::BM; wr += 16)  // P by stmatrix (TV_P_STSM): each value where st.shared puts it
-    for (int lane = 0; lane < 32; ++lane)
-      for (int kk = 0; kk < W::BN / 16; ++kk)
-        for (int m = 0; m < 4; ++m) {
-          const int g = lane >> 2, t4 = lane & 3;  // register m of this lane: row g of matrix m, keys 2 t4 ..
-          const uint32_t at = W::p_stsm_row(wr, 8 * m + g) + W::p_offset(0, 2 * kk, 0) + 4 * t4;
-          expect(at == W::p_offset(wr + g + 8 * (m & 1), 2 * kk + (m >> 1), t4), "seesaw P by stmatrix", wr, lane, kk, m);
-        }
   check_loads<W::BM, W::Q_THREADS>(q_base);  // Q, by the loader warpgroup
   for (int ks = 0; ks < W::KSTEPS; ++ks) {
     const uint64_t da = tvg::kstep_desc(q_base, W::BM, ks), db = tvg::kstep_desc(k_base, W::BN, ks);
@@ -201,7 +193,6 @@ struct Seesaw {
   static uint32_t p_buf(uint32_t stages, int x, uint32_t) { return tvsee::p_buf(stages + x * tvsee::TILE_B); }
   static uint64_t p_desc(uint32_t buf, int kk) { return tvsee::p_desc(buf, kk); }
   static uint32_t p_offset(int r, int nt, int t4) { return tvsee::p_offset(r, nt, t4); }
-  static uint32_t p_stsm_row(int wr, int lane) { return tvsee::p_stsm_row(wr, lane); }
   static uint64_t v_desc(uint32_t base, int wg, int kk) { return tvsee::v_desc(base, wg, kk); }
 };
 
