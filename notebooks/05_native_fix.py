@@ -722,6 +722,19 @@ for r in shown:
 # %% [markdown]
 # At 257 nodes the tree CTAs add their whole life to the launch. At every other shape of the
 # recording they end well before the prefix CTAs (`docs/kernel_notes.md`, forty-third session).
+#
+# **Can the tree CTAs start before the prefix CTAs end?** Only on SMs that free early. Since the
+# forty-fourth session the plan keeps the split count and makes each split a few tiles longer, so
+# the last split ends a tree CTA's life early and the tree CTAs run there. Timed on an H100 against
+# even splits, alternating (three timings a side, medians; recorded, not re-measured here):
+
+# %%
+s44 = data.load_json("history/session44_h100.json")
+print(analysis.split_length_table(s44["run2_ragged"]).round(3).to_string())
+
+# %% [markdown]
+# The plan's split is the faster at all five shapes (`plan_over_even` below 1). Where the tree CTAs
+# already fit beside the prefix CTAs, the plan keeps its splits even (`specdiag.attention.plan`).
 
 # %% [markdown]
 # **Reading the numbers.** The collapse is gone: the answer above is the headline, and what the fix

@@ -475,12 +475,13 @@ def _h100_session(n: int) -> dict:
     return runs
 
 
-def _assert_checks_passed(runs: dict, *keys: str) -> None:
-    """Each recorded ``bench check`` (float64, poisoned buffers) ran its 12 cases and passed them."""
+def _assert_checks_passed(runs: dict, *keys: str, cases: int = 12) -> None:
+    """Each recorded ``bench check`` (float64, poisoned buffers) ran its ``cases`` cases (12 until
+    the forty-fourth session) and passed them."""
     from specdiag.bench.checks import passed
 
     for k in keys:
-        assert len(runs[k]["results"]) == 12 and all(passed(r) for r in runs[k]["results"]), k
+        assert len(runs[k]["results"]) == cases and all(passed(r) for r in runs[k]["results"]), k
 
 
 def _assert_sanitized(rows: list, racecheck_pairs: int) -> None:
@@ -798,6 +799,60 @@ def test_session42_recordings_hold_what_the_notes_say():
     assert early == {"base": 1169, "re": 1246}
 
 
+def test_session44_recordings_hold_what_the_notes_say():
+    """data/history/session44_h100.json (H100): the plan's short last split against even splits at
+    five 257-node shapes, TV_P_STSM's table and float64 check, the thirteen-case check, and the
+    hot loop beside FlashMLA (docs/kernel_notes.md, forty-fourth session)."""
+
+    runs = _h100_session(44)
+    _assert_checks_passed(runs, "run1_check_stsm")
+    _assert_checks_passed(runs, "run2_check_seesaw", cases=13)
+    _assert_ratio_table(runs, ("run1_base", "run1_stsm", 9, 0.994, 1.01, 1.0))
+
+    from specdiag.analysis import split_length_table
+
+    spec = KERNELS["wgmma_seesaw"]
+    table = split_length_table(runs["run2_ragged"])
+    want = {
+        (32768, 8, 257): 0.971,
+        (65536, 8, 257): 0.986,
+        (131072, 8, 257): 0.988,
+        (185000, 8, 257): 0.985,
+        (32768, 16, 257): 0.975,
+    }
+    assert set(table.index) == set(want) and (table["timings"] == 3).all()
+    for (ctx, heads, nodes), r in table.iterrows():
+        plan = plan_launch(heads * nodes, nodes, ctx, 1, 132, rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile)
+        assert (r["splits"], r["plan_per"]) == (plan.n_prefix_splits, plan.prefix_tiles_per_split)
+        assert r["even_per"] == math.ceil(math.ceil(ctx / plan.bn) / r["splits"]) < r["plan_per"]
+        assert round(r["plan_over_even"], 3) == want[(ctx, heads, nodes)]
+    with pytest.raises(ValueError, match="lacks"):
+        split_length_table([r for r in runs["run2_ragged"] if isinstance(r["asked"], int)])
+
+    loop = {}
+    for r in runs["run1_hot_loop"]:
+        loop.setdefault((r["shape"], r["impl"]), []).append(r["us_per_call"])
+    for shape, lo, hi in (("32768x8x65", 1.036, 1.075), ("32768x128x65", 1.035, 1.046)):
+        q = [a / b for a, b in zip(loop[(shape, "native")], loop[(shape, "flashmla")])]
+        assert len(q) == 2 and (round(min(q), 3), round(max(q), 3)) == (lo, hi), shape
+    traced = [r for r in runs["run1_hot_loop"] if r["impl"] == "traced"]
+    assert [(round(r["effective_ghz"], 2), r["mhz_median"]) for r in traced] == [(1.71, 1920), (1.53, 1680)]
+
+    # the instruction mix a 64-key tile and the stall shares (%)
+    mix = {r["impl"]: r["roles"] for r in runs["run1_opmix"]["rows"]}
+    ours, fm = mix["native:wgmma_seesaw"], mix["flashmla"]["kernel"]
+    assert [round(ours[k]["executed_per_tile"]) for k in ("math", "loader")] == [2072, 1022]
+    assert round(fm["executed_per_tile"]) == 3098
+    assert [round(x["opcodes_per_tile"]["HGMMA"]) for x in (ours["math"], fm)] == [177, 176]
+    assert [round(x["opcodes_per_tile"]["FMUL"]) for x in (ours["math"], fm)] == [44, 850]
+
+    def share(x: dict, reason: str) -> int:
+        return round(100 * x["stalls"][reason] / x["samples"])
+
+    assert [share(fm, "long_sb"), share(fm, "barrier")] == [30, 24]
+    assert [share(ours["math"], "barrier"), share(ours["math"], "long_sb")] == [27, 23]
+
+
 def test_session43_recordings_hold_what_the_notes_say():
     """data/history/session43_h100.json (H100): the split counts at the 36 peer shapes, the pair's
     periods with no copies and with no softmax against a tile's tensor work, TV_QK_STAGGER's tables
@@ -958,6 +1013,33 @@ def test_session43_recordings_hold_what_the_notes_say():
         )
     ]
     assert (round(min(spread) - 1, 3), round(max(spread) - 1, 3)) == (0.061, 0.141)
+
+
+def test_plan_leaves_a_short_last_split_where_the_tree_ctas_would_wait():
+    """At 32k x 8 x 257 (seesaw kernel: 33 query tiles, 512 key tiles, 5 tree tiles) 4 even splits
+    fill one wave and the 33 tree CTAs run as a second; the plan keeps 4 splits and lengthens them
+    until the last one ends a tree CTA's cost early. Two H100 runs timed 129-132 tiles a split
+    faster than 128 (data/history/session42_h100.json, session43_h100.json). Where the tree CTAs
+    already fit beside the prefix CTAs, or the split count is asked, the splits stay even."""
+    spec = KERNELS["wgmma_seesaw"]
+    kw = dict(rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile)
+    p = plan_launch(8 * 257, 257, 32768, 1, 132, **kw)
+    even = plan_launch(8 * 257, 257, 32768, 1, 132, prefix_splits=4, **kw)
+    assert (even.n_prefix_splits, even.prefix_tiles_per_split) == (4, 128)
+    assert p.n_prefix_splits == 4 and p.prefix_tiles_per_split > 128 and p.split_tiles(32768, 257)[3] < 128
+    overhead = CTA_OVERHEAD_TILES * TILE_UNIT / p.bn
+    assert 4 * p.prefix_tiles_per_split - 512 >= p.tree_tiles_per_split + overhead
+    args = (p.m_tiles, 512, p.prefix_tiles_per_split, p.m_tiles, p.tree_tiles_per_split, 132)
+    assert plan_makespan(*args, overhead=overhead, ragged=True) < plan_makespan(*args, overhead=overhead)
+    hist = ROOT / "data" / "history"
+    for name, run in (("session42_h100.json", "run1_ragged"), ("session43_h100.json", "run4_ragged257")):
+        rows = [r for r in json.loads((hist / name).read_text())[run] if (r["context"], r["nodes"]) == (32768, 257)]
+        plan_ms = [r["ms"] for r in rows if r["per"] == 128]
+        ragged = {r["per"]: r["ms"] for r in rows if r["per"] != 128}
+        assert plan_ms and p.prefix_tiles_per_split in ragged and max(ragged.values()) < min(plan_ms), (name, rows)
+    for ctx, heads, nodes in ((32768, 8, 65), (32768, 128, 9), (185000, 8, 9), (65536, 16, 65)):
+        q = plan_launch(heads * nodes, nodes, ctx, 1, 132, **kw)
+        assert q.prefix_tiles_per_split == math.ceil(math.ceil(ctx / q.bn) / q.n_prefix_splits), (ctx, heads, nodes)
 
 
 def test_merge_cost_counts_the_partials_past_the_free_bytes():

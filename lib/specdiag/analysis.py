@@ -31,6 +31,7 @@ __all__ = [
     "NCU_FIELDS",
     "ncu_table",
     "stall_table",
+    "split_length_table",
 ]
 
 # Figures as reported by the deployment's postmortem (not measured by this workbook).
@@ -523,3 +524,39 @@ def stall_table(doc: dict, reasons=("barrier", "long_sb", "wait", "selected", "n
             row["other"] = 100.0 - sum(row[k] for k in reasons)
             rows.append(row)
     return pd.DataFrame(rows).set_index(["shape", "role"]).round(1)
+
+
+def split_length_table(rows: list[dict]):
+    """A ``tools/split_counts/splits.py`` recording that alternated the plan (asked None or pT) with
+    N even splits (asked N): one row per shape, both split lengths, how many timings each side has,
+    their medians (us) and plan / even."""
+    import statistics
+
+    import pandas as pd
+
+    sides = {}
+    for r in rows:
+        key = (r["context"], r["heads"], r["nodes"])
+        sides.setdefault(key, {"plan": [], "even": []})["even" if isinstance(r["asked"], int) else "plan"].append(r)
+    out = []
+    for (ctx, heads, nodes), s in sides.items():
+        if not (s["plan"] and s["even"]):
+            raise ValueError(
+                f"split_length_table: {ctx} x {heads} x {nodes} lacks the plan's or an even split's timings"
+            )
+        med = {k: 1e3 * statistics.median(r["ms"] for r in v) for k, v in s.items()}
+        out.append(
+            dict(
+                context=ctx,
+                heads=heads,
+                nodes=nodes,
+                splits=s["even"][0]["prefix_splits"],
+                even_per=s["even"][0]["per"],
+                plan_per=s["plan"][0]["per"],
+                timings=min(len(s["plan"]), len(s["even"])),
+                even_us=med["even"],
+                plan_us=med["plan"],
+                plan_over_even=med["plan"] / med["even"],
+            )
+        )
+    return pd.DataFrame(out).set_index(["context", "heads", "nodes"])

@@ -26,6 +26,7 @@ CHECK_CASES = (
     ([123], 3, 128, 1, "chain"),
     ([0, 5000, 31], 33, 4, 64, "random"),  # ragged, one request with no prefix
     ([64, 129, 1], 10, 8, 1, "random"),  # 80 rows, prefixes at 64-key tile edges
+    ([8192], 257, 8, 1, "random"),  # 64-key tiles: 4 splits of 35, the last of 23 (a short last split)
 )
 
 
