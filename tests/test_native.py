@@ -1020,7 +1020,8 @@ def test_plan_leaves_a_short_last_split_where_the_tree_ctas_would_wait():
     fill one wave and the 33 tree CTAs run as a second; the plan keeps 4 splits and lengthens them
     until the last one ends a tree CTA's cost early. Two H100 runs timed 129-132 tiles a split
     faster than 128 (data/history/session42_h100.json, session43_h100.json). Where the tree CTAs
-    already fit beside the prefix CTAs, or the split count is asked, the splits stay even."""
+    already fit beside the prefix CTAs, the split count is asked, or there are several requests
+    (whose CTAs interleave), the splits stay even."""
     spec = KERNELS["wgmma_seesaw"]
     kw = dict(rows_per_cta=spec.rows_per_cta, bn=spec.keys_per_tile)
     p = plan_launch(8 * 257, 257, 32768, 1, 132, **kw)
@@ -1037,8 +1038,8 @@ def test_plan_leaves_a_short_last_split_where_the_tree_ctas_would_wait():
         plan_ms = [r["ms"] for r in rows if r["per"] == 128]
         ragged = {r["per"]: r["ms"] for r in rows if r["per"] != 128}
         assert plan_ms and p.prefix_tiles_per_split in ragged and max(ragged.values()) < min(plan_ms), (name, rows)
-    for ctx, heads, nodes in ((32768, 8, 65), (32768, 128, 9), (185000, 8, 9), (65536, 16, 65)):
-        q = plan_launch(heads * nodes, nodes, ctx, 1, 132, **kw)
+    for ctx, heads, nodes, batch in ((32768, 8, 65, 1), (32768, 128, 9, 1), (65536, 16, 65, 1), (32768, 8, 257, 2)):
+        q = plan_launch(heads * nodes, nodes, ctx, batch, 132, **kw)
         assert q.prefix_tiles_per_split == math.ceil(math.ceil(ctx / q.bn) / q.n_prefix_splits), (ctx, heads, nodes)
 
 

@@ -72,11 +72,10 @@ def plan_makespan(
     """Estimated kernel time in key-tile times: one CTA per SM, prefix CTAs in waves of
     ``num_sms``, tree CTAs (launched last, short) filling the last wave's idle SMs first, one after
     another there as long as they end before its prefix CTAs (each tree CTA counted with a CTA's
-    whole fixed cost for that), then (``ragged``) the SMs of a last split shorter than ``per``
-    (launched last of the prefix CTAs, so in the last wave when it holds a whole split), each taking
-    the tree CTAs that end before the other splits do (counted the same way), the rest after it.
-    An even split's last split, short by its rounding, is not counted so: at 4k x 16 x 65 the
-    recorded 7 splits of 10 tiles (4 in the last) took 1.09x 6 splits (data/history/session30_h100.json)."""
+    whole fixed cost for that), then (``ragged``: one request, whose last split's CTAs are the last
+    prefix CTAs launched) the SMs of a last split shorter than ``per``, each taking the tree CTAs
+    that end before the other splits do (counted the same way), the rest after it. An even split's
+    rounding gets no such credit (docs/kernel_notes.md, forty-fourth session)."""
     splits = math.ceil(prefix_tiles / per) if prefix_tiles else 0
     prefix_ctas = m_ctas * splits
     waves = math.ceil(prefix_ctas / num_sms)
@@ -152,7 +151,7 @@ def plan_launch(
             return est + merge_cost(math.ceil(prefix_tiles / p) + n_tree, rows * batch, bn)
 
         per = min((math.ceil(prefix_tiles / n) for n in candidates), key=cost)
-        if prefix_splits is None:  # the same count, its last split short where the tree CTAs gain
+        if prefix_splits is None and batch == 1:  # the same count, a short last split for the tree CTAs
             ragged = _ragged_length(prefix_tiles, per, tree_tiles, overhead)
             if ragged is not None and cost(ragged, True) < cost(per):
                 per = ragged
