@@ -646,8 +646,9 @@ def test_session40_recordings_hold_what_the_notes_say():
     of four timings a side, to three places); the cycles a tile of ours and FlashMLA's split kernel
     from Nsight Compute before (run 2) and after (run 9), and at many rows (run 10); the pair
     trace's periods and warpgroup 1's softmax; the stall samples; every build checked passed
-    float64; the sanitizers; and the notes print data/peers_h100.json's targets (run 8) as
-    analysis.peer_targets gives them (docs/kernel_notes.md, fortieth session)."""
+    float64; the sanitizers; and the notes print the targets of its peers run (run 8: then
+    data/peers_h100.json, now data/history/peers_h100_session40.json) as analysis.peer_targets gives
+    them (docs/kernel_notes.md, fortieth session)."""
     from specdiag import analysis, data
 
     runs = _h100_session(40)
@@ -703,10 +704,10 @@ def test_session40_recordings_hold_what_the_notes_say():
     _assert_checks_passed(runs, *checks)
     _assert_sanitized(runs["run8_sanitizer_seesaw"]["rows"], 4)
     notes = (ROOT / "docs" / "kernel_notes.md").read_text()
-    table = analysis.peer_table(analysis.peers_frame(data.load_json("peers_h100.json")))
+    table = analysis.peer_table(analysis.peers_frame(data.load_json("history/peers_h100_session40.json")))
     for t in analysis.peer_targets(table):
         line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
-        assert notes.count(line) == 2, line  # the head of the notes and the session's section
+        assert notes.count(line) == 1, line  # the session's section (the head has the forty-fourth's run)
     many = table[(table.context >= 32768) & (table.rows >= 2000)]
     over = many[many["native / floor"] > 1.1]
     assert len(many) == 12 and sorted(zip(over.context, over.heads, over.nodes)) == [(32768, 8, 257), (185000, 128, 65)]
@@ -852,6 +853,38 @@ def test_session44_recordings_hold_what_the_notes_say():
     assert [share(fm, "long_sb"), share(fm, "barrier")] == [30, 24]
     assert [share(ours["math"], "barrier"), share(ours["math"], "long_sb")] == [27, 23]
 
+    # run 3: data/peers_h100.json, beside the fortieth session's run it replaces
+    from specdiag import analysis, data
+
+    notes = (ROOT / "docs" / "kernel_notes.md").read_text()
+    now, then = (data.load_json(f) for f in ("peers_h100.json", "history/peers_h100_session40.json"))
+    assert "H100" in now["machine"]["gpu"] and now["machine"]["recorded_utc"].startswith("2026-12-07T19")
+    assert [round(d["ceilings"]["gemm_tflop_s"]) for d in (now, then)] == [767, 739]
+    tables = [analysis.peer_table(analysis.peers_frame(d)) for d in (now, then)]
+    for t in analysis.peer_targets(tables[0]):
+        line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
+        assert notes.count(line) == 2, line  # the head of the notes and the session's section
+    ratio, seesaw, fm = ({}, {}, {})
+    for i, t in enumerate(tables):
+        for _, r in t[t.context >= 32768].iterrows():
+            k = (r["context"], r["heads"], r["nodes"])
+            ratio[i, k] = round(r["native"] / r["flashmla"], 3)
+            seesaw[i, k] = round(r["native"] / r["native:wgmma_seesaw"], 3)
+            fm[i, k] = r["flashmla"]
+    assert (ratio[1, (32768, 8, 257)], ratio[0, (32768, 8, 257)]) == (1.106, 1.06)
+    worst = sorted((v, k) for (i, k), v in ratio.items() if i == 0)[-2:]
+    assert worst == [(1.088, (32768, 16, 65)), (1.088, (65536, 64, 9))]
+    long257 = [(c, 8, 257) for c in (65536, 131072, 185000)]
+    assert [ratio[0, k] for k in long257] == [1.004, 1.008, 0.99]
+    assert [ratio[1, k] for k in long257] == [0.992, 0.941, 0.943]
+    assert [seesaw[1, k] for k in long257] == [0.956, 0.941, 0.966]
+    assert [seesaw[0, k] for k in long257] == [1.028, 1.063, 1.027]
+    odd = [(32768, 8, 9), (32768, 16, 9)]
+    moved = {k: fm[0, k] / fm[1, k] for (i, k) in fm if i == 0}
+    rest = [v for k, v in moved.items() if k not in odd]
+    assert len(rest) == 34 and (round(min(rest), 3), round(max(rest), 3)) == (0.946, 1.025)
+    assert [round(moved[k], 3) for k in odd] == [1.359, 1.301]
+
 
 def test_session43_recordings_hold_what_the_notes_say():
     """data/history/session43_h100.json (H100): the split counts at the 36 peer shapes, the pair's
@@ -865,8 +898,12 @@ def test_session43_recordings_hold_what_the_notes_say():
     def k3(r: dict) -> tuple:
         return (r["context"], r["heads"], r["nodes"])
 
-    # the question: data/peers_h100.json at 520 to 1,152 query rows from 32k and 64k prefixes
-    peers = {(k3(r), r["impl"]): r["ms"] for r in json.loads((ROOT / "data" / "peers_h100.json").read_text())["rows"]}
+    # the question: the peers run of then (data/history/peers_h100_session40.json) at 520 to 1,152
+    # query rows from 32k and 64k prefixes
+    peers = {
+        (k3(r), r["impl"]): r["ms"]
+        for r in json.loads((ROOT / "data" / "history" / "peers_h100_session40.json").read_text())["rows"]
+    }
     q = [
         peers[(k, "native")] / peers[(k, "flashmla")]
         for k, impl in peers
