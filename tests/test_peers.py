@@ -259,3 +259,40 @@ def test_bench_peers_names_a_missing_peer_once(monkeypatch, tmp_path, capsys):
     args = ["peers", "--peers", "native,sglang", "--heads", "8", "--trees", "9", "--contexts", "4096,32768"]
     assert bench.main([*args, "--out", str(tmp_path / "p.json")]) == 0
     assert capsys.readouterr().out.count("sglang: not measured") == 1
+
+
+def test_peer_sweep_alternates_its_rounds_and_keeps_the_fastest(monkeypatch):
+    """Each shape's impls are timed in rounds, ours first and then last in turn; a row keeps every
+    timing and the fastest as its ms, and each whole verify is compared with ours."""
+    from types import SimpleNamespace
+
+    import specdiag.bench.peers as bench_peers
+
+    order, clock = [], iter(range(100, 0, -1))  # each timing faster than the one before
+
+    def calls(impl, rot):
+        out = torch.ones(2, 3) * (2.0 if impl == "sglang" else 1.0)
+        return [lambda: (out,)], {}
+
+    def timed(fns, rep_ms):
+        order.append(fns)
+        return float(next(clock))
+
+    monkeypatch.setattr(bench_peers, "missing_peers", lambda impls: {})
+    monkeypatch.setattr(bench_peers, "Rotation", lambda *a, **k: SimpleNamespace())
+    monkeypatch.setattr(bench_peers, "peer_calls", lambda impl, rot: calls(impl, rot))
+    monkeypatch.setattr(bench_peers, "time_rotating", timed)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: SimpleNamespace(L2_cache_size=1 << 20))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bench_peers, "peer_page_size", lambda impl: 1)
+    impls = ("flashmla", "sglang", "native")
+    rows, missing = bench_peers.peer_sweep(
+        contexts=(4096,), shapes=((8, 9),), impls=impls, rep_ms=1.0, progress=lambda *_: None, rounds=3
+    )
+    assert missing == {} and [r["impl"] for r in rows] == ["native", "flashmla", "sglang"]
+    runs = {r["impl"]: r["ms_runs"] for r in rows}
+    assert runs == {"native": [100.0, 95.0, 94.0], "flashmla": [99.0, 96.0, 93.0], "sglang": [98.0, 97.0, 92.0]}
+    assert all(r["ms"] == min(r["ms_runs"]) for r in rows)
+    assert "rel_diff_native" not in rows[1] and rows[2]["rel_diff_native"] > 0.5
+    with pytest.raises(ValueError, match="rounds"):
+        bench_peers.peer_sweep(impls=impls, rounds=0)

@@ -106,10 +106,19 @@ def peer_calls(impl: str, rot: Rotation) -> tuple[list, dict]:
 
 
 def peer_sweep(
-    contexts=PEER_CONTEXTS, shapes=PEER_SHAPES, impls=tuple(PEER_IMPLS), rep_ms: float = 40.0, progress=print
+    contexts=PEER_CONTEXTS,
+    shapes=PEER_SHAPES,
+    impls=tuple(PEER_IMPLS),
+    rep_ms: float = 40.0,
+    progress=print,
+    rounds: int = 2,
 ) -> tuple[list[dict], dict[str, str]]:
     """Rows of ``impl, context, heads, nodes, page_size, ms`` (+ cost and rates) for each impl that
-    can run here, and {impl: why not} for those that cannot."""
+    can run here, and {impl: why not} for those that cannot. Each shape's impls are timed
+    ``rounds`` times, in reverse order every other round (ours first, then last), and ``ms`` is the
+    fastest of their timings (``ms_runs``): one timing of a long call spreads by several percent."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
     page_size = {i: peer_page_size(i) for i in impls}
     missing = missing_peers(impls)
     for impl, why in missing.items():
@@ -128,21 +137,30 @@ def peer_sweep(
                 if not run:
                     continue
                 rot = Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
+                run.sort(key=lambda i: not i.startswith("native"))
+                built = {impl: peer_calls(impl, rot) for impl in run}
+                times = {impl: [] for impl in run}
+                for r in range(rounds):
+                    for impl in run if r % 2 == 0 else run[::-1]:
+                        t0 = time.time()
+                        ms = time_rotating(built[impl][0], rep_ms)
+                        times[impl].append(ms)
+                        progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.4f} ms ({time.time() - t0:.1f}s)")
                 anchor = None  # ours on the first input set: every whole verify must agree with it
-                for impl in sorted(run, key=lambda i: not i.startswith("native")):
-                    t0 = time.time()
-                    calls, extra = peer_calls(impl, rot)
-                    ms = time_rotating(calls, rep_ms)
+                for impl in run:
+                    calls, extra = built.pop(impl)
                     out = calls[0]()[0].float()
                     if anchor is None:
                         anchor = out
                     elif impl != "flashmla":  # FlashMLA alone leaves out the tree block
                         extra["rel_diff_native"] = relative_error(out, anchor)
+                    ms = min(times[impl])
                     rows.append(
-                        dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, **extra, **cost)
+                        dict(impl=impl, context=ctx, heads=h, nodes=t, page_size=ps, ms=ms, ms_runs=times[impl])
+                        | extra
+                        | cost
                         | rates(cost, ms)
                     )
-                    progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.4f} ms ({time.time() - t0:.1f}s)")
                     del calls
                 del rot
                 torch.cuda.empty_cache()
