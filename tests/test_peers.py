@@ -268,14 +268,13 @@ def test_peer_sweep_alternates_its_rounds_and_keeps_the_fastest(monkeypatch):
 
     import specdiag.bench.peers as bench_peers
 
-    order, clock = [], iter(range(100, 0, -1))  # each timing faster than the one before
+    clock = iter(range(100, 0, -1))  # each timing faster than the one before
 
     def calls(impl, rot):
         out = torch.ones(2, 3) * (2.0 if impl == "sglang" else 1.0)
         return [lambda: (out,)], {}
 
     def timed(fns, rep_ms):
-        order.append(fns)
         return float(next(clock))
 
     monkeypatch.setattr(bench_peers, "missing_peers", lambda impls: {})
