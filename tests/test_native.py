@@ -846,6 +846,7 @@ def test_session44_recordings_hold_what_the_notes_say():
     assert round(fm["executed_per_tile"]) == 3098
     assert [round(x["opcodes_per_tile"]["HGMMA"]) for x in (ours["math"], fm)] == [177, 176]
     assert [round(x["opcodes_per_tile"]["FMUL"]) for x in (ours["math"], fm)] == [44, 850]
+    assert ours["loader"]["opcodes_per_tile"]["SYNCS"] == 248.5  # the math's mbarrier retries, placed after the code
 
     def share(x: dict, reason: str) -> int:
         return round(100 * x["stalls"][reason] / x["samples"])
@@ -1532,7 +1533,8 @@ def test_ncu_counters_tool_reads_its_arguments_or_says_why_not():
 
 def test_ncu_opmix_tool_splits_roles_and_counts_per_tile():
     """tools/ncu_counters/opmix.py: a kernel's instructions split into warp roles at each
-    USETMAXREG, executed counts summed per opcode and divided by the prefix tiles."""
+    USETMAXREG and the out-of-line blocks after its last EXIT, executed counts summed per opcode
+    and divided by the prefix tiles."""
     import importlib.util
     import subprocess
     import sys
@@ -1555,9 +1557,14 @@ def test_ncu_opmix_tool_splits_roles_and_counts_per_tile():
         ins("@P0 BRA 0x20", 6, barrier=5),
         ins("USETMAXREG.DEALLOC.CTAPOOL 0x68", 2),
         ins("LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", 80, long_sb=1),
+        ins("@!P0 EXIT", 2),
+        ins("EXIT", 2),
+        ins("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR27+0x18], R14", 30, long_sb=7),
+        ins("@!P0 BRA 0x1700", 30),
     ]
-    assert opmix.roles(kernel) == [("prologue", 0, 1), ("math", 1, 4), ("loader", 4, 6)]
+    assert opmix.roles(kernel) == [("prologue", 0, 1), ("math", 1, 4), ("loader", 4, 8), ("out_of_line", 8, 10)]
     assert opmix.roles(kernel[2:4]) == [("kernel", 0, 2)]
+    assert opmix.roles(kernel[2:4] + kernel[7:]) == [("kernel", 0, 3), ("out_of_line", 3, 5)]
     out = opmix.summarize(kernel, tiles=2)
     assert out["math"]["executed_per_tile"] == 24.0 and out["math"]["opcodes_per_tile"] == {
         "HGMMA": 20.0,
@@ -1565,6 +1572,10 @@ def test_ncu_opmix_tool_splits_roles_and_counts_per_tile():
         "USETMAXREG": 1.0,
     }
     assert out["math"]["stalls"] == {"barrier": 5, "wait": 3} and out["loader"]["opcodes_per_tile"]["LDGSTS"] == 40.0
+    assert out["loader"]["executed_per_tile"] == 43.0 and out["out_of_line"]["opcodes_per_tile"] == {
+        "SYNCS": 15.0,
+        "BRA": 15.0,
+    }
     res = subprocess.run([sys.executable, str(path), "out.json", "32768x128"], capture_output=True, text=True)
     assert res.returncode != 0 and "Usage" in res.stderr
 

@@ -2,7 +2,8 @@
 Nsight Compute's per-SASS-instruction counters (SourceCounters) of one launch per IMPL (the one
 counters.py profiles), summed per role and opcode and divided by the launch's 64-key x 64-row
 prefix tiles. A role starts at each USETMAXREG (DEALLOC: "loader", TRY_ALLOC: "math"); the code
-before the first is "prologue", a kernel without one is all "kernel".
+before the first is "prologue", a kernel without one is all "kernel", and the blocks after the last
+EXIT are "out_of_line" (recordings before the forty-fourth session's counted them in the last role).
 
 Usage (on the GPU, ncu on PATH, FlashMLA's wheel importable for its peers):
   python tools/ncu_counters/opmix.py OUT.json CTXxHEADSxNODES IMPL[,...]
@@ -25,17 +26,23 @@ TILE = 64  # keys and query rows of the prefix tiles the counts are divided by
 
 
 def roles(instructions: list[dict]) -> list[tuple[str, int, int]]:
-    """(role, first, past-last index) of one kernel's instructions, split at each USETMAXREG."""
+    """(role, first, past-last index) of one kernel's instructions, split at each USETMAXREG; what
+    follows the last unpredicated EXIT is "out_of_line": the blocks ptxas places after the code (the
+    retries of mbarrier waits), reached by branches from any role."""
+    n = len(instructions)
+    exits = [i for i, x in enumerate(instructions) if x["sass"].split()[:1] == ["EXIT"]]
+    end = exits[-1] + 1 if exits else n
+    tail = [("out_of_line", end, n)] if end < n else []
     cuts = [
         (i, "loader" if "DEALLOC" in x["sass"] else "math")
-        for i, x in enumerate(instructions)
+        for i, x in enumerate(instructions[:end])
         if x["sass"].startswith("USETMAXREG")
     ]
     if not cuts:
-        return [("kernel", 0, len(instructions))]
-    bounds = [i for i, _ in cuts] + [len(instructions)]
+        return [("kernel", 0, end), *tail]
+    bounds = [i for i, _ in cuts] + [end]
     out = [("prologue", 0, cuts[0][0])] if cuts[0][0] else []
-    return out + [(name, bounds[j], bounds[j + 1]) for j, (_, name) in enumerate(cuts)]
+    return out + [(name, bounds[j], bounds[j + 1]) for j, (_, name) in enumerate(cuts)] + tail
 
 
 def summarize(instructions: list[dict], tiles: int, top: int = 24) -> dict:
