@@ -6,7 +6,9 @@ N: a prefix split count (each split ceil(tiles / N) tiles); pT: T tiles a split,
 taking what is left (a shorter last split frees its SMs first for the tree CTAs launched after it).
 Each row: what was asked (None: the plan's), the plan that ran, do_bench medians (40 ms, twice,
 rotated inputs). Recorded: data/history/session30_h100.json, run9_splits and run10_splits
-(tests/test_native.py checks the plan against them); data/history/session42_h100.json, run1_ragged.
+(tests/test_native.py checks the plan against them); data/history/session42_h100.json, run1_ragged;
+data/history/session44_h100.json, run2_ragged (the plan's short last split against even splits,
+alternating: analysis.split_length_table).
 """
 
 import dataclasses
