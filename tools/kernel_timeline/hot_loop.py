@@ -7,7 +7,8 @@ order native, flashmla, traced, native, flashmla at each shape.
 
 Usage (on the GPU, FlashMLA's wheel and nvidia-ml-py importable):
   python tools/kernel_timeline/hot_loop.py OUT.json CTXxHEADSxNODES[,...]
-Recorded: data/history/session43_h100.json, run4_clock_loop (docs/kernel_notes.md, forty-third session).
+Recorded: data/history/session43_h100.json, run4_clock_loop (its code before it was committed);
+data/history/session44_h100.json, run1_hot_loop (docs/kernel_notes.md, forty-third and forty-fourth sessions).
 """
 
 import json

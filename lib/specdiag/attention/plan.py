@@ -104,7 +104,9 @@ def _ragged_length(prefix_tiles: int, per: int, tree_tiles: int, overhead: float
     """The shortest split length above ``per`` with as many splits whose last split is short
     enough for a tree CTA (its tiles and ``overhead``) to end before the others; None if none."""
     n = math.ceil(prefix_tiles / per)
-    for p in range(per + 1, math.ceil(prefix_tiles / (n - 1)) if n > 1 else per + 1):
+    if n == 1:
+        return None
+    for p in range(per + 1, math.ceil(prefix_tiles / (n - 1))):  # (longer still would take n - 1 splits)
         if n * p - prefix_tiles >= _tree_per(tree_tiles, p, prefix_tiles) + overhead:
             return p
     return None
@@ -124,7 +126,8 @@ def plan_launch(
     """Split-KV plan for ``rows`` query rows per request (``rows_per_cta`` to a CTA) and tiles of
     ``bn`` keys: the prefix split count minimises ``plan_makespan`` (whole waves of CTAs, each
     split long enough to pay for a CTA's fixed cost) plus ``merge_cost`` (the partials the splits
-    write) unless ``prefix_splits`` is given."""
+    write) unless ``prefix_splits`` is given; for one request, the splits are then made longer
+    (``_ragged_length``) where a short last split lets the tree CTAs end sooner."""
     if min(rows, nodes, batch, num_sms) < 1 or max_prefix < 0:
         raise ValueError("rows, nodes, batch and num_sms must be >= 1 and max_prefix >= 0")
     if prefix_splits is not None and prefix_splits < 1:
@@ -152,9 +155,9 @@ def plan_launch(
 
         per = min((math.ceil(prefix_tiles / n) for n in candidates), key=cost)
         if prefix_splits is None and batch == 1:  # the same count, a short last split for the tree CTAs
-            ragged = _ragged_length(prefix_tiles, per, tree_tiles, overhead)
-            if ragged is not None and cost(ragged, True) < cost(per):
-                per = ragged
+            longer = _ragged_length(prefix_tiles, per, tree_tiles, overhead)
+            if longer is not None and cost(longer, True) < cost(per):
+                per = longer
         n_prefix = math.ceil(prefix_tiles / per)
     tree_per = _tree_per(tree_tiles, per, prefix_tiles)
     n_tree = math.ceil(tree_tiles / tree_per)
