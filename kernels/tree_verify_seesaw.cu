@@ -36,9 +36,6 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
-#ifndef TV_P1_LATE
-#define TV_P1_LATE 0  // 1: warpgroup 1 hands P (b) over once its P V (a) is issued too (FlashMLA's order)
-#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -541,10 +538,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           // does; PTX leaves that undefined: the float64 check decides)
           if constexpr (TV_PV_FIRST) store_p(a + 1, false);
           fence_proxy_async();
-          if constexpr (!TV_P1_LATE) {
-            bar_arrive(kBarP1, 2 * WG);
-            trace_pair(1, i, kW1POut);
-          }
+          bar_arrive(kBarP1, 2 * WG);
+          trace_pair(1, i, kW1POut);
         }
         // our half of P V (a), P (a) at M from warpgroup 0
         bar_sync(kBarP0, 2 * WG);
@@ -552,10 +547,6 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         pv_ss(p_buf(stage(a)), stage(a));
         wgmma_commit();
         trace_pair(1, i, kW1PIn);
-        if (TV_P1_LATE && has_b) {  // warpgroup 0's P V (b) queues behind both of ours
-          bar_arrive(kBarP1, 2 * WG);
-          trace_pair(1, i, kW1POut);
-        }
         if (has_b) {
           wgmma_wait<1>();
           fence_o();
