@@ -36,6 +36,9 @@
 #ifndef TV_PV_FIRST
 #define TV_PV_FIRST 0  // 1: in the pair schedule warpgroup 1 issues P V (b) before storing P (b) for warpgroup 0
 #endif
+#ifndef TV_MAX_FIRST
+#define TV_MAX_FIRST 0  // 1: in the pair schedule each warpgroup hands its max over before its exponents
+#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -433,13 +436,27 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         for (int r = 0; r < 2; ++r) {
           m0[r] = next_max(m_r[r], row_max(r));
           f[r] = factor(m_r[r], m0[r]);
-          l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
+          if constexpr (!TV_MAX_FIRST) l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
-        if (t4 == 0) {
+        if constexpr (TV_MAX_FIRST) {
+          // every lane stores its row's max and reads it back after the arrive: that ties the
+          // exponents to it (an arrive orders memory only, and ptxas moves them above a bare one)
           my_max[0] = m0[0];
           my_max[8] = m0[1];
+          bar_arrive(kBarPairMax0, 2 * WG);
+          const volatile float* back = my_max;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mu = back[8 * r];
+            l_r[r] = l_r[r] * f[r] + row_exp(r, mu == -INFINITY ? 0.f : mu);
+          }
+        } else {
+          if (t4 == 0) {
+            my_max[0] = m0[0];
+            my_max[8] = m0[1];
+          }
+          bar_arrive(kBarPairMax0, 2 * WG);
         }
-        bar_arrive(kBarPairMax0, 2 * WG);
         trace_pair(0, i, kW0MaxOut);
         rescale_o(f);
         // our half of P V (a), P from registers
@@ -497,11 +514,23 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         }
         // the pair's max M from warpgroup 0's and our tile's; O to M (with our tile, one block of both
         // rows: ptxas interleaves them)
+        float mb[2];  // our tile's row maxima (TV_MAX_FIRST: before the wait)
+        if (TV_MAX_FIRST && has_b) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) mb[r] = row_max(r);
+        }
         bar_sync(kBarPairMax0, 2 * WG);
         trace_pair(1, i, kW1MaxIn);
         const float* m0 = &sm.max[0][wr + g];
         float f[2];
-        if (has_b) {
+        if (TV_MAX_FIRST && has_b) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mm = next_max(m0[8 * r], mb[r]);
+            f[r] = factor(m_r[r], mm);
+            m_r[r] = mm;
+          }
+        } else if (has_b) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const float mm = next_max(m0[8 * r], row_max(r));
@@ -517,12 +546,20 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
             m_r[r] = m0[8 * r];
           }
         }
-        if (t4 == 0) {
+        if (TV_MAX_FIRST || t4 == 0) {  // (every lane with TV_MAX_FIRST: each reads its own store back)
           my_max[0] = m_r[0];
           my_max[8] = m_r[1];
         }
         bar_arrive(kBarPairMax1, 2 * WG);
         trace_pair(1, i, kW1MaxOut);
+        if (TV_MAX_FIRST && has_b) {  // the exponents after the hand-off (M read back, as warpgroup 0 does)
+          const volatile float* back = my_max;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float mu = back[8 * r];
+            l_r[r] = l_r[r] * f[r] + row_exp(r, mu == -INFINITY ? 0.f : mu);
+          }
+        }
         rescale_o(f);
         // P (b) to warpgroup 0, its proxy fence after our half of P V (b) is issued (P from registers:
         // it reads no P from shared memory)

@@ -427,6 +427,30 @@ def test_ratios_tool_pools_each_sides_timings(tmp_path):
     assert res.returncode == 1 and res.stderr.strip() == "ratios: the two sides share no shape"
 
 
+def test_switch_tool_refuses_bad_switches_and_a_cpu_with_one_line(tmp_path):
+    """tools/compare_revision/switch.py: one set of switches the kernel's source names, then a GPU;
+    anything else is one line of error and writes nothing."""
+    run = [sys.executable, str(ROOT / "tools" / "compare_revision" / "switch.py")]
+    for switches, impl, why in (
+        ("TV_NO_SUCH=1", [], "TV_NO_SUCH"),
+        ("TV_MAX_FIRST=1;TV_PV_FIRST=1", [], "one set of switches"),
+        ("TV_MAX_FIRST", [], "NAME=INT"),
+        ("TV_MAX_FIRST=1", ["no_such_kernel"], "impl must be one of"),
+    ):
+        res = subprocess.run([*run, switches, str(tmp_path / "out"), *impl], capture_output=True, text=True)
+        err = res.stderr.strip()
+        assert res.returncode == 1 and err.startswith("switch.py: ") and why in err and "\n" not in err, err
+    res = subprocess.run([*run, "TV_MAX_FIRST=1"], capture_output=True, text=True)
+    assert res.returncode == 1 and res.stderr.strip().startswith("usage: ")
+    if not torch.cuda.is_available():
+        res = subprocess.run([*run, "TV_MAX_FIRST=1", str(tmp_path / "out")], capture_output=True, text=True)
+        assert (
+            res.returncode == 1
+            and res.stderr.strip() == "switch.py: no CUDA GPU here: it times the kernel's builds on one"
+        )
+    assert not (tmp_path / "out").exists()
+
+
 def test_timeline_tool_takes_shapes_and_refuses_malformed_ones():
     """tools/kernel_timeline/timeline.py: SHAPES as CTXxHEADSxNODES, a one-line error for any other form."""
     tool = _tool("kernel_timeline", "timeline.py")

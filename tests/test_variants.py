@@ -310,14 +310,34 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
 
 @pytest.mark.sass
 def test_pair_schedule_switches_build_clean_and_change_what_they_name():
-    """TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V: it builds without spills or
-    serialised wgmma and differs from the default build."""
+    """TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V; TV_MAX_FIRST=1 has each warpgroup
+    hand its max over before its exponents: each builds without spills or serialised wgmma (the
+    second also traced) and differs from the default build. By default both warpgroups' 32 exponents
+    a tile come before the arrive that hands their max over; with TV_MAX_FIRST only the rescale
+    factors' do."""
     spec = KERNELS["wgmma_seesaw"]
     default = kernels.sass_instructions(kernels.sass(spec.source))
-    for name in ("TV_PV_FIRST",):
+    for name in ("TV_PV_FIRST", "TV_MAX_FIRST"):
         _assert_builds_clean(spec, {name: 1})
         listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))
         assert [x for _, x in listing] != [x for _, x in default], name
+    _assert_builds_clean(spec, {"TV_MAX_FIRST": 1, "TV_TRACE": 1})
+
+    def exps_before_arrive(defines: dict) -> list[int]:
+        """MUFU.EX2 since the last wgmma, at each BAR.ARV that follows at least one of them."""
+        counts, run = [], 0
+        for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines)):
+            op = x.split()[1] if x.startswith("@") else x.split()[0]
+            if op.startswith("HGMMA"):
+                run = 0
+            elif op.startswith("MUFU.EX2"):
+                run += 1
+            elif op.startswith("BAR.ARV") and run:
+                counts.append(run)
+                run = 0
+        return counts
+
+    assert sum(exps_before_arrive({})) >= 64 and sum(exps_before_arrive({"TV_MAX_FIRST": 1})) <= 8
 
 
 @pytest.mark.sass
