@@ -824,6 +824,91 @@ def test_session42_recordings_hold_what_the_notes_say():
     assert early == {"base": 1169, "re": 1246}
 
 
+def test_session45_recordings_hold_what_the_notes_say():
+    """data/history/session45_h100.json (H100): TV_P1_LATE's identity, float64 check and table; the
+    pair trace and every CTA's start and end at 32k and 64k x 8 x 257; and data/peers_h100.json,
+    timed in two rounds, beside the forty-fourth session's single-round run (docs/kernel_notes.md,
+    forty-fifth session and the head of the notes)."""
+    import statistics
+
+    from specdiag import analysis, data
+
+    runs = _h100_session(45)
+    assert len(runs["run1_identity"]) == 7 and all(r["bit_identical"] for r in runs["run1_identity"])
+    _assert_checks_passed(runs, "run1_check_p1late", cases=13)
+    _assert_ratio_table(runs, ("run1_base", "run1_late", 9, 0.972, 1.002, 0.998))
+
+    # the pair schedule's CTAs at 257 nodes: span, prefix CTAs' ends, tree CTAs' first start and last end
+    pair = [r for r in runs["run1_trace_257"]["runs"] if r["defines"].get("TV_PAIR") == 1]
+    table = {}
+    for r in pair:
+        c = r["ctas"]["summary"]
+        pre, tree = c["prefix"], c["tree"]
+        table[r["context"]] = [
+            round(x, 1)
+            for x in (
+                c["span_us"],
+                pre["end_first"],
+                pre["end_median"],
+                pre["end_last"],
+                tree["start_first"],
+                tree["end_last"],
+            )
+        ]
+        assert tree["ctas"] == 33 and tree["end_last"] < pre["end_median"]
+    assert table == {
+        32768: [219.6, 196.5, 217.5, 219.6, 196.9, 215.9],
+        65536: [419.0, 392.1, 416.1, 419.0, 392.4, 411.4],
+    }
+    cyc = next(r for r in pair if r["context"] == 32768)["median_cycles"]
+    assert round(2 * cyc["period"]) == 5440
+    assert [round(cyc[k]) for k in ("w1.qk_done", "w0.max_out", "w0.pv_done", "w1.pv_issued")] == [
+        3282,
+        3601,
+        4241,
+        4706,
+    ]
+    assert round(cyc["w1.max_out"] - cyc["w1.max_in"]) == 955 and round(cyc["w0.max_out"] - cyc["w0.qk_done"]) == 779
+
+    # the peers in two rounds, beside the forty-fourth session's run (one round)
+    notes = (ROOT / "docs" / "kernel_notes.md").read_text()
+    now, then = data.load_json("peers_h100.json"), data.load_json("history/peers_h100_session44.json")
+    assert "H100" in now["machine"]["gpu"] and now["machine"]["recorded_utc"].startswith("2026-12-07T21")
+    gemm = [d["ceilings"]["gemm_tflop_s"] for d in (now, then)]
+    assert [round(g) for g in gemm] == [784, 767] and round(100 * (1 - gemm[1] / gemm[0]), 1) == 2.2
+    tables = [analysis.peer_table(analysis.peers_frame(d)) for d in (now, then)]
+    for t in analysis.peer_targets(tables[0]):
+        line = f"target {'met' if t['met'] else 'NOT met'}: {t['target']}: {t['measured']}"
+        assert notes.count(line) == 2, line  # the head of the notes and the session's section
+    assert [t["measured"].split(";")[0] for t in analysis.peer_targets(tables[1])] == [
+        "14 of 36 shapes",
+        "103.6 us (floor 70.1 us, FlashMLA's prefix call 109.7 us)",
+        "1.04x to 1.20x over 12 shapes",
+    ]
+    spread = {}
+    for r in now["rows"]:
+        if r["context"] >= 32768 and r["impl"] in ("native", "flashmla"):
+            spread.setdefault(r["impl"], []).append(max(r["ms_runs"]) / min(r["ms_runs"]))
+    assert [round(100 * (statistics.median(spread[k]) - 1), 1) for k in ("native", "flashmla")] == [1.4, 0.9]
+    assert [round(100 * (max(spread[k]) - 1), 1) for k in ("native", "flashmla")] == [8.8, 7.7]
+    rows = {(r["impl"], r["context"], r["heads"], r["nodes"]): r for r in now["rows"]}
+    same = [
+        r["ms"] / rows[("native:wgmma_seesaw", *k[1:])]["ms"]
+        for k, r in rows.items()
+        if k[0] == "native" and k[1] >= 32768 and r["kernel"] == "wgmma_seesaw"
+    ]
+    assert len(same) == 28 and (round(min(same), 3), round(max(same), 3)) == (0.944, 1.05)
+    merged = tables[0].merge(tables[1], on=["context", "heads", "nodes"], suffixes=("", "_then"))
+    fm = {
+        (r["context"], r["heads"], r["nodes"]): r["flashmla"] / r["flashmla_then"]
+        for _, r in merged[merged.context >= 32768].iterrows()
+    }
+    odd = [(32768, 8, 9), (32768, 16, 9)]
+    rest = [v for k, v in fm.items() if k not in odd]
+    assert len(rest) == 34 and (round(min(rest), 3), round(max(rest), 3)) == (0.938, 1.043)
+    assert [round(fm[k], 3) for k in odd] == [0.727, 0.762]
+
+
 def test_session44_recordings_hold_what_the_notes_say():
     """data/history/session44_h100.json (H100): the plan's short last split against even splits at
     five 257-node shapes, TV_P_STSM's table and float64 check, the thirteen-case check, and the
