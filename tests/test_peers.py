@@ -180,7 +180,7 @@ def test_bench_peers_records_sglang_only_when_it_ran(asked, tmp_path, monkeypatc
     import specdiag.bench.peers as bench_peers
     from specdiag.bench import timing
 
-    def sweep(contexts, shapes, impls, rep_ms, progress=print):
+    def sweep(contexts, shapes, impls, rep_ms, progress=print, rounds=2):
         missing = {"sglang": "no wheel here"} if "sglang" in impls else {}
         rows = [
             dict(impl=i, context=c, heads=h, nodes=t, page_size=1, ms=1.0)
@@ -247,7 +247,7 @@ def test_bench_peers_names_a_missing_peer_once(monkeypatch, tmp_path, capsys):
     import specdiag.bench.peers as bench_peers
     from specdiag.bench import timing
 
-    def sweep(contexts, shapes, impls, rep_ms, progress=print):
+    def sweep(contexts, shapes, impls, rep_ms, progress=print, rounds=2):
         progress("sglang: not measured (no wheel here)")
         return [dict(impl="native", context=c, heads=8, nodes=9, page_size=1, ms=1.0) for c in contexts], {
             "sglang": "no wheel here"
@@ -261,16 +261,49 @@ def test_bench_peers_names_a_missing_peer_once(monkeypatch, tmp_path, capsys):
     assert capsys.readouterr().out.count("sglang: not measured") == 1
 
 
+def test_bench_peers_takes_its_rounds_and_records_them(monkeypatch, tmp_path, capsys):
+    """--rounds reaches the sweep and the recording's head; fewer than one is a one-line error."""
+    import json
+
+    import specdiag.bench.__main__ as bench
+    import specdiag.bench.peers as bench_peers
+    from specdiag.bench import timing
+
+    asked = []
+
+    def sweep(contexts, shapes, impls, rep_ms, progress=print, rounds=2):
+        asked.append(rounds)
+        return [dict(impl="native", context=c, heads=8, nodes=9, page_size=1, ms=1.0) for c in contexts], {}
+
+    monkeypatch.setattr(bench, "gpu_available", lambda: True)
+    monkeypatch.setattr(bench_peers, "peer_sweep", sweep)
+    monkeypatch.setattr(timing, "measure_ceilings", lambda *a, **k: {"copy_tb_s": 1.0})
+    out = tmp_path / "p.json"
+    args = ["peers", "--peers", "native", "--heads", "8", "--trees", "9", "--contexts", "4096", "--out", str(out)]
+    assert bench.main([*args, "--rounds", "0"]) == 2 and not out.exists()
+    assert capsys.readouterr().err.strip() == "bad --rounds: at least 1, got 0"
+    assert bench.main([*args, "--rounds", "3"]) == 0
+    assert asked == [3] and json.loads(out.read_text())["rounds"] == 3
+
+
 def test_peer_sweep_alternates_its_rounds_and_keeps_the_fastest(monkeypatch):
-    """Each shape's impls are timed in rounds, ours first and then last in turn; a row keeps every
-    timing and the fastest as its ms, and each whole verify is compared with ours."""
+    """Each shape's impls, of both page sizes, are timed in rounds in one order, reversed every
+    other round: ours first, then FlashMLA's prefix call, so the two sit side by side in every
+    round. A row keeps every timing and the fastest as its ms, and each whole verify is compared
+    with the native verify on its own page size's inputs."""
     from types import SimpleNamespace
 
     import specdiag.bench.peers as bench_peers
 
     clock = iter(range(100, 0, -1))  # each timing faster than the one before
+    pools = []
+
+    def rotation(ctx, ps, *a, **k):
+        pools.append(ps)
+        return SimpleNamespace(ps=ps)
 
     def calls(impl, rot):
+        assert rot.ps == {"native": 1, "sglang": 1}.get(impl, 64), impl
         out = torch.ones(2, 3) * (2.0 if impl == "sglang" else 1.0)
         return [lambda: (out,)], {}
 
@@ -278,20 +311,32 @@ def test_peer_sweep_alternates_its_rounds_and_keeps_the_fastest(monkeypatch):
         return float(next(clock))
 
     monkeypatch.setattr(bench_peers, "missing_peers", lambda impls: {})
-    monkeypatch.setattr(bench_peers, "Rotation", lambda *a, **k: SimpleNamespace())
+    monkeypatch.setattr(bench_peers, "Rotation", rotation)
     monkeypatch.setattr(bench_peers, "peer_calls", lambda impl, rot: calls(impl, rot))
     monkeypatch.setattr(bench_peers, "time_rotating", timed)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *_: SimpleNamespace(L2_cache_size=1 << 20))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(bench_peers, "peer_page_size", lambda impl: 1)
-    impls = ("flashmla", "sglang", "native")
+    impls = ("flashmla", "sglang", "native", "native_ps64")
     rows, missing = bench_peers.peer_sweep(
         contexts=(4096,), shapes=((8, 9),), impls=impls, rep_ms=1.0, progress=lambda *_: None, rounds=3
     )
-    assert missing == {} and [r["impl"] for r in rows] == ["native", "flashmla", "sglang"]
+    assert missing == {} and pools == [1, 64]
+    assert [(r["impl"], r["page_size"]) for r in rows] == [
+        ("native", 1),
+        ("sglang", 1),
+        ("native_ps64", 64),
+        ("flashmla", 64),
+    ]
     runs = {r["impl"]: r["ms_runs"] for r in rows}
-    assert runs == {"native": [100.0, 95.0, 94.0], "flashmla": [99.0, 96.0, 93.0], "sglang": [98.0, 97.0, 92.0]}
+    assert runs == {
+        "native": [100.0, 93.0, 92.0],
+        "flashmla": [99.0, 94.0, 91.0],
+        "native_ps64": [98.0, 95.0, 90.0],
+        "sglang": [97.0, 96.0, 89.0],
+    }
     assert all(r["ms"] == min(r["ms_runs"]) for r in rows)
-    assert "rel_diff_native" not in rows[1] and rows[2]["rel_diff_native"] > 0.5
+    by = {r["impl"]: r for r in rows}
+    assert by["sglang"]["rel_diff_native"] > 0.5 and "rel_diff_native" not in by["flashmla"]
+    assert by["native_ps64"].keys() == by["native"].keys()  # (each the anchor of its page size)
     with pytest.raises(ValueError, match="rounds"):
         bench_peers.peer_sweep(impls=impls, rounds=0)

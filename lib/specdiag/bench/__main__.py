@@ -57,6 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default=None, help="sweep, peers: comma-separated tree sizes (nodes, root included)")
     ap.add_argument("--quick", action="store_true", help="sweep: a few contexts only")
     ap.add_argument("--rep-ms", type=float, default=60.0)
+    ap.add_argument("--rounds", type=int, default=2, help="peers: timings of each impl a shape (the fastest kept)")
     ap.add_argument(
         "--defines",
         default="",
@@ -131,6 +132,9 @@ def main(argv=None) -> int:
             f"bad --contexts, --heads or --trees: comma-separated integers, got {a.contexts}, {a.heads}, {a.trees}",
             file=sys.stderr,
         )
+        return 2
+    if a.rounds < 1:
+        print(f"bad --rounds: at least 1, got {a.rounds}", file=sys.stderr)
         return 2
     if a.mode == "peers":
         from .peers import PEER_SHAPES, peer_page_size
@@ -257,12 +261,14 @@ def main(argv=None) -> int:
         sglang = {}  # its provenance (files hashed) once, after the first context it ran in
 
         def run_peers(ctx):
-            rows, missing = peer_sweep(contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms, progress=once)
+            rows, missing = peer_sweep(
+                contexts=(ctx,), shapes=shapes, impls=impls, rep_ms=a.rep_ms, progress=once, rounds=a.rounds
+            )
             if not sglang and "sglang" in impls and "sglang" not in missing:  # (it ran: its files are here)
                 sglang["sglang"] = sglang_provenance()
             return rows, {"missing": missing, **sglang}
 
-        head = {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, **meta}
+        head = {"ceilings": ceilings, "softmax_scale": SOFTMAX_SCALE, "rounds": a.rounds, **meta}
         by_context(a.out, "peers", ints(a.contexts, PEER_CONTEXTS), run_peers, head)
         return 0
     if a.mode == "ceilings":

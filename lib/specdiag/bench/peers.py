@@ -114,9 +114,10 @@ def peer_sweep(
     rounds: int = 2,
 ) -> tuple[list[dict], dict[str, str]]:
     """Rows of ``impl, context, heads, nodes, page_size, ms`` (+ cost and rates) for each impl that
-    can run here, and {impl: why not} for those that cannot. Each shape's impls are timed
-    ``rounds`` times, in reverse order every other round (ours first, then last), and ``ms`` is the
-    fastest of their timings (``ms_runs``): one timing of a long call spreads by several percent."""
+    can run here, and {impl: why not} for those that cannot. Each shape's impls, of every page size,
+    are timed ``rounds`` times in one order, reversed every other round: ours first, then FlashMLA's
+    prefix call, so the two are timed back to back in every round. ``ms`` is the fastest of an
+    impl's timings (``ms_runs``): one timing of a long call spreads by several percent."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     page_size = {i: peer_page_size(i) for i in impls}
@@ -124,29 +125,32 @@ def peer_sweep(
     for impl, why in missing.items():
         progress(f"{impl}: not measured ({why})")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    turn = lambda i: (i != "native", i != "flashmla", not i.startswith("native"))  # noqa: E731
     rows = []
     for ctx in contexts:
         for h, t in shapes:
             cost = attention_cost(ctx, t, h)
+            groups = {}  # page size -> (its inputs, its impls)
             for ps in sorted(set(page_size.values())):
                 run = [i for i in impls if page_size[i] == ps and i not in missing]
                 for impl in [i for i in run if shape_unsupported(i, h, t)]:
                     why = shape_unsupported(impl, h, t)
                     progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: not measured ({why})")
                     run.remove(impl)
-                if not run:
-                    continue
-                rot = Rotation(ctx, ps, t, h, l2, seed=ctx + h + t)
-                run.sort(key=lambda i: not i.startswith("native"))
-                built = {impl: peer_calls(impl, rot) for impl in run}
-                times = {impl: [] for impl in run}
-                for r in range(rounds):
-                    for impl in run if r % 2 == 0 else run[::-1]:
-                        t0 = time.time()
-                        ms = time_rotating(built[impl][0], rep_ms)
-                        times[impl].append(ms)
-                        progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.4f} ms ({time.time() - t0:.1f}s)")
-                anchor = None  # ours on the first input set: every whole verify must agree with it
+                if run:  # (a whole native verify first: the group's anchor)
+                    run.sort(key=lambda i: not i.startswith("native"))
+                    groups[ps] = (Rotation(ctx, ps, t, h, l2, seed=ctx + h + t), run)
+            order = sorted((i for _, run in groups.values() for i in run), key=turn)
+            built = {impl: peer_calls(impl, groups[page_size[impl]][0]) for impl in order}
+            times = {impl: [] for impl in order}
+            for r in range(rounds):
+                for impl in order if r % 2 == 0 else order[::-1]:
+                    t0 = time.time()
+                    ms = time_rotating(built[impl][0], rep_ms)
+                    times[impl].append(ms)
+                    progress(f"{impl:>16} ctx={ctx:>6} H={h:>3} T={t:>4}: {ms:9.4f} ms ({time.time() - t0:.1f}s)")
+            for ps, (_, run) in groups.items():
+                anchor = None  # ours on the group's first input set: every whole verify must agree with it
                 for impl in run:
                     calls, extra = built.pop(impl)
                     out = calls[0]()[0].float()
@@ -162,6 +166,6 @@ def peer_sweep(
                         | rates(cost, ms)
                     )
                     del calls
-                del rot
-                torch.cuda.empty_cache()
+            del groups
+            torch.cuda.empty_cache()
     return rows, missing
