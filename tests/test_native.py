@@ -451,6 +451,50 @@ def test_switch_tool_refuses_bad_switches_and_a_cpu_with_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_switch_tool_runs_its_steps_in_order_and_stops_at_a_failed_one(tmp_path, monkeypatch):
+    """tools/compare_revision/switch.py with a GPU (stood in for): identity, the float64 check, then
+    the two builds alternating, twice, and the ratios; a step that exits non-zero ends the run with
+    one line naming it."""
+    import specdiag.bench.variants as variants
+    import specdiag.machine as machine
+
+    tool = _tool("compare_revision", "switch.py")
+    monkeypatch.setattr(machine, "gpu_available", lambda: True)
+    monkeypatch.setattr(variants, "identity", lambda impl, vs: [dict(bit_identical=True)] * 7)
+    steps, fail = [], {"at": None}
+
+    def fake_run(cmd, **kw):
+        steps.append([Path(c).name if c.endswith(".py") else c for c in map(str, cmd[1:])])
+        return SimpleNamespace(returncode=int(steps[-1][0] == fail["at"]), stdout="B/A: ...\n")
+
+    monkeypatch.setattr(tool.subprocess, "run", fake_run)
+    tool.main("TV_MAX_FIRST=1", str(tmp_path / "ab"))
+    assert [st[0] if st[0] != "time_shapes.py" else st[1] for st in steps] == [
+        "-m",
+        "base_1",
+        "switch_1",
+        "base_2",
+        "switch_2",
+        "ratios.py",
+    ]
+    assert steps[0][2:] == [
+        "check",
+        "--impl",
+        "wgmma_seesaw",
+        "--defines",
+        "TV_MAX_FIRST=1",
+        "--out",
+        str(tmp_path / "ab" / "check.json"),
+    ]
+    assert steps[1][-1] == "" and steps[2][-1] == "TV_MAX_FIRST=1"  # the default build, then the switch's
+    assert (tmp_path / "ab" / "ratios.txt").read_text() == "B/A: ...\n"
+    steps.clear()
+    fail["at"] = "-m"
+    with pytest.raises(SystemExit, match=r"^switch.py: -m specdiag.bench check \.\.\. exited 1 \(its output above\)$"):
+        tool.main("TV_MAX_FIRST=1", str(tmp_path / "ab2"))
+    assert len(steps) == 1
+
+
 def test_timeline_tool_takes_shapes_and_refuses_malformed_ones():
     """tools/kernel_timeline/timeline.py: SHAPES as CTXxHEADSxNODES, a one-line error for any other form."""
     tool = _tool("kernel_timeline", "timeline.py")

@@ -49,7 +49,12 @@ def main(switches: str, out: str, impl: str = "wgmma_seesaw", shapes: str = NINE
     (folder / "identity.json").write_text(json.dumps(rows, indent=1))
     py = sys.executable
     text = ",".join(f"{k}={v}" for k, v in sw.items())
-    run = lambda *cmd: subprocess.run([py, *map(str, cmd)], check=True)  # noqa: E731
+
+    def run(*cmd) -> None:  # a step that fails (a float64 case, say) ends the run, in one line
+        res = subprocess.run([py, *map(str, cmd)])
+        if res.returncode:
+            raise SystemExit(f"switch.py: {' '.join(map(str, cmd[:3]))} ... exited {res.returncode} (its output above)")
+
     run("-m", "specdiag.bench", "check", "--impl", impl, "--defines", text, "--out", folder / "check.json")
     for i in (1, 2):  # the two builds alternate, so a drift of the clock falls on both
         run(HERE / "time_shapes.py", f"base_{i}", folder / f"base_{i}.json", impl, shapes, "")
