@@ -881,6 +881,15 @@ def test_session45_recordings_hold_what_the_notes_say():
     assert len(runs["run1_identity"]) == 7 and all(r["bit_identical"] for r in runs["run1_identity"])
     _assert_checks_passed(runs, "run1_check_p1late", cases=13)
     _assert_ratio_table(runs, ("run1_base", "run1_late", 9, 0.972, 1.002, 0.998))
+    at = [
+        t
+        for k in ("base", "late")
+        for i in (1, 2)
+        for r in runs[f"run1_{k}_{i}"]
+        for t in r["ms_runs"]
+        if (r["context"], r["heads"], r["nodes"]) == (131072, 128, 65)
+    ]
+    assert len(at) == 8 and round(max(at) / min(at), 3) == 1.118  # 131k x 128 x 65, the 0.972x
 
     # the pair schedule's CTAs at 257 nodes: span, prefix CTAs' ends, tree CTAs' first start and last end
     pair = [r for r in runs["run1_trace_257"]["runs"] if r["defines"].get("TV_PAIR") == 1]
