@@ -438,24 +438,20 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           f[r] = factor(m_r[r], m0[r]);
           if constexpr (!TV_MAX_FIRST) l_r[r] = l_r[r] * f[r] + row_exp(r, m0[r] == -INFINITY ? 0.f : m0[r]);
         }
-        if constexpr (TV_MAX_FIRST) {
-          // every lane stores its row's max and reads it back after the arrive: that ties the
-          // exponents to it (an arrive orders memory only, and ptxas moves them above a bare one)
+        if (TV_MAX_FIRST || t4 == 0) {  // (every lane with TV_MAX_FIRST: each reads its own store back)
           my_max[0] = m0[0];
           my_max[8] = m0[1];
-          bar_arrive(kBarPairMax0, 2 * WG);
+        }
+        bar_arrive(kBarPairMax0, 2 * WG);
+        if constexpr (TV_MAX_FIRST) {
+          // the exponents at the max read back after the arrive: that ties them to it (an arrive
+          // orders memory only, and ptxas moves them above a bare one)
           const volatile float* back = my_max;
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const float mu = back[8 * r];
             l_r[r] = l_r[r] * f[r] + row_exp(r, mu == -INFINITY ? 0.f : mu);
           }
-        } else {
-          if (t4 == 0) {
-            my_max[0] = m0[0];
-            my_max[8] = m0[1];
-          }
-          bar_arrive(kBarPairMax0, 2 * WG);
         }
         trace_pair(0, i, kW0MaxOut);
         rescale_o(f);
@@ -523,19 +519,12 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         trace_pair(1, i, kW1MaxIn);
         const float* m0 = &sm.max[0][wr + g];
         float f[2];
-        if (TV_MAX_FIRST && has_b) {
+        if (has_b) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const float mm = next_max(m0[8 * r], mb[r]);
+            const float mm = next_max(m0[8 * r], TV_MAX_FIRST ? mb[r] : row_max(r));
             f[r] = factor(m_r[r], mm);
-            m_r[r] = mm;
-          }
-        } else if (has_b) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float mm = next_max(m0[8 * r], row_max(r));
-            f[r] = factor(m_r[r], mm);
-            l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
+            if constexpr (!TV_MAX_FIRST) l_r[r] = l_r[r] * f[r] + row_exp(r, mm == -INFINITY ? 0.f : mm);
             m_r[r] = mm;
           }
         } else {
