@@ -730,6 +730,7 @@ for r in shown:
 
 # %%
 s44 = data.load_json("history/session44_h100.json")
+print(data.provenance(s44))
 print(analysis.split_length_table(s44["run2_ragged"]).round(3).to_string())
 
 # %% [markdown]
