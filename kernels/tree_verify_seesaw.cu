@@ -39,6 +39,9 @@
 #ifndef TV_MAX_FIRST
 #define TV_MAX_FIRST 0  // 1: in the pair schedule each warpgroup hands its max over before its exponents
 #endif
+#ifndef TV_FREE_FIRST
+#define TV_FREE_FIRST 0  // 1: in the pair schedule warpgroup 0 frees b - 1's late group before issuing Q K^T (a)
+#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -415,15 +418,19 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
         const bool has_b = a + 1 < n;
         const int i = a >> 1;
         trace_pair(0, i, kW0Top);
-        // Q K^T (a): the early group while P V (a - 1) may still run, then the late one
-        fence_s();
-        qk_group(a, Const<0>{});
-        if (a >= 2) {
-          wgmma_wait<1>();
+        // Q K^T (a): the early group while P V (a - 1) may still run (TV_FREE_FIRST: once it is
+        // done, so the loader refills a - 1's late group, tile a + 1's Q K^T input, sooner), then the late one
+        auto free_prev = [&]() {
+          if (a < 2) return;
+          wgmma_wait<TV_FREE_FIRST ? 0 : 1>();
           fence_o();
           trace_pair(0, i, kW0PrevPV);
           if (a + 1 < n) bar_arrive(kBarPairFreeL1, 2 * WG);  // a - 1's late group (our V half and its P) is read
-        }
+        };
+        fence_s();
+        if constexpr (TV_FREE_FIRST) free_prev();
+        qk_group(a, Const<0>{});
+        if constexpr (!TV_FREE_FIRST) free_prev();
         qk_group(a, Const<1>{});
         wgmma_wait<0>();
         fence_o();

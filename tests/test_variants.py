@@ -311,17 +311,19 @@ def test_l2_prefetch_build_puts_the_size_on_the_tiles_copies_only():
 @pytest.mark.sass
 def test_pair_schedule_switches_build_clean_and_change_what_they_name():
     """TV_PV_FIRST=1 moves warpgroup 1's P stores behind its P V; TV_MAX_FIRST=1 has each warpgroup
-    hand its max over before its exponents: each builds without spills or serialised wgmma (the
-    second also traced) and differs from the default build. By default both warpgroups' 32 exponents
+    hand its max over before its exponents; TV_FREE_FIRST=1 has warpgroup 0 free b - 1's late group
+    before issuing Q K^T (a): each builds without spills or serialised wgmma (the last two also
+    traced) and differs from the default build. By default both warpgroups' 32 exponents
     a tile come before the arrive that hands their max over; with TV_MAX_FIRST only the rescale
     factors' do."""
     spec = KERNELS["wgmma_seesaw"]
     default = kernels.sass_instructions(kernels.sass(spec.source))
-    for name in ("TV_PV_FIRST", "TV_MAX_FIRST"):
+    for name in ("TV_PV_FIRST", "TV_MAX_FIRST", "TV_FREE_FIRST"):
         _assert_builds_clean(spec, {name: 1})
         listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))
         assert [x for _, x in listing] != [x for _, x in default], name
-    _assert_builds_clean(spec, {"TV_MAX_FIRST": 1, "TV_TRACE": 1})
+    for name in ("TV_MAX_FIRST", "TV_FREE_FIRST"):
+        _assert_builds_clean(spec, {name: 1, "TV_TRACE": 1})
 
     def exps_before_arrive(defines: dict) -> list[int]:
         """MUFU.EX2 since the last wgmma, at each BAR.ARV that follows at least one of them."""
@@ -338,6 +340,15 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
         return counts
 
     assert sum(exps_before_arrive({})) >= 64 and sum(exps_before_arrive({"TV_MAX_FIRST": 1})) <= 8
+
+    def waits(defines: dict) -> tuple[int, int]:
+        """The wgmma waits for all groups and for all but the newest one."""
+        text = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
+        return tuple(sum(x.strip() == f"WARPGROUP.DEPBAR.LE gsb0, 0x{k}" for x in text) for k in (0, 1))
+
+    # warpgroup 0's wait for P V (a - 1) becomes a wait for all: nothing of Q K^T (a) is issued yet
+    (all0, but0), (all1, but1) = waits({}), waits({"TV_FREE_FIRST": 1})
+    assert (all1, but1) == (all0 + 1, but0 - 1) and but1 >= 1
 
 
 @pytest.mark.sass
