@@ -42,6 +42,9 @@
 #ifndef TV_FREE_FIRST
 #define TV_FREE_FIRST 0  // 1: in the pair schedule warpgroup 0 frees b - 1's late group before issuing Q K^T (a)
 #endif
+#ifndef TV_BLOCK_BARS
+#define TV_BLOCK_BARS 0  // 1: in the pair schedule each column block of a tile lands on its own mbarrier
+#endif
 #ifndef TV_MASK_BITS
 #define TV_MASK_BITS 1  // 0: tree tiles masked from a load of each key's mask byte (docs/kernel_notes.md, 39th session)
 #endif
@@ -78,6 +81,8 @@ constexpr bool FAST_EXP = true;                // the scores' exp2 as one MUFU e
 constexpr int PARTS = 3;                       // a tile lands in 3 parts, each on its own mbarrier
 constexpr int PART_BLOCKS = NB / PARTS;        // 3 column blocks, 12 k-steps of Q K^T
 static_assert(NB % PARTS == 0, "whole column blocks per part");
+constexpr int BARS = TV_BLOCK_BARS ? NB : PARTS;  // a stage's landing mbarriers
+static_assert(!TV_BLOCK_BARS || TV_PAIR, "TV_BLOCK_BARS is the pair schedule's");
 static_assert(PARTS * PART_BLOCKS * 4 == KSTEPS, "the parts' k-steps cover Q K^T");
 static_assert(BN == 64 && VH == 256 && SN == 32, "the 64-key helpers of tree_verify_sm90.cuh");
 static_assert(Q_B % 1024 == 0 && TILE_B % 1024 == 0 && ROPE_OFF % 1024 == 0, "swizzle atoms must stay 1024-byte aligned");
@@ -94,7 +99,7 @@ struct alignas(1024) Smem {  // the swizzle pattern is keyed to 1024-byte addres
   float alpha[STAGES][BM];        // [tile % 2][row]: O's factor before P V (t)
   float max[STAGES][BM];          // [tile % 2][row]: the running max after tile t
   float sum[2][BM];               // [warpgroup][row]: its row sums (epilogue)
-  uint64_t full[STAGES][PARTS];   // mbarriers: the part has landed
+  uint64_t full[STAGES][BARS];    // mbarriers: the part (the pair schedule: group or column block) has landed
   PairP<TV_PAIR != 0> pair;       // the pair schedule only
 };
 constexpr int SMEM_BYTES = sizeof(Smem) + 1024;  // + slack to align the dynamic base to 1024
@@ -201,7 +206,7 @@ __device__ __forceinline__ void pv_smem(float (&o)[128], uint32_t p_base, uint32
 // cp.async.mbarrier.arrive), then the CTA's only barrier
 __device__ __forceinline__ void init_parts(uint32_t full0) {
   if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES * PARTS; ++i) mbar_init(full0 + 8 * i, WG);
+    for (int i = 0; i < STAGES * BARS; ++i) mbar_init(full0 + 8 * i, WG);
     mbar_fence_init();
   }
   __syncthreads();
@@ -236,7 +241,7 @@ __device__ __forceinline__ void write_rows(const tv::VerifyParams& p, Smem& sm, 
 constexpr int GROUPS = 2, EARLY_BLOCKS = 4, LATE_BLOCKS = NB - EARLY_BLOCKS;
 constexpr int PAIR_MATH_REGS = 224, PAIR_LOAD_REGS = 56;
 static_assert(2 * PAIR_MATH_REGS + PAIR_LOAD_REGS <= 3 * ENTRY_REGS, "setmaxnreg budget over the CTA's registers");
-static_assert(GROUPS <= PARTS, "the pair schedule's group mbarriers live in Smem::full");
+static_assert(GROUPS <= BARS, "the pair schedule's group mbarriers live in Smem::full");
 // column block j of group gr of a tile in stage s: stage 0: early 0..3, late 4..8 (P (a), written
 // where the rope block was, is read with the late group); stage 1: early 4..8, late 0..3 (P (b)
 // has a buffer of its own, so the rope block goes with its owner's V half)
@@ -272,7 +277,8 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
   const tvc::SplitWork w = tvc::split_work<BN>(p, split, b);
   const int n = w.n_tiles;
   const auto stage = [&](int tile) { return sK + (tile & 1) * TILE_B; };
-  const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * PARTS + gr); };
+  // group gr's mbarrier (TV_BLOCK_BARS: column block gr's)
+  const auto full = [&](int tile, int gr) { return full0 + 8 * ((tile & 1) * BARS + gr); };
 
   init_parts(full0);
 
@@ -286,8 +292,16 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
       auto load_group = [&](int tile, auto sg_c, const Pages& k) {
         constexpr int S = decltype(sg_c)::value >> 1, GR = decltype(sg_c)::value & 1;
         static_assert(group_block(S, GR, 1) == group_block(S, GR, 0) + 1, "a group's column blocks are consecutive");
-        ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
-        cp_async_mbar_arrive(full(tile, GR));
+        if constexpr (TV_BLOCK_BARS) {
+#pragma unroll
+          for (int j = 0; j < group_blocks(S, GR); ++j) {
+            ld.copy<TV_L2_PREFETCH, 1>(stage(tile), tile, k, group_block(S, GR, j));
+            cp_async_mbar_arrive(full(tile, group_block(S, GR, j)));
+          }
+        } else {
+          ld.copy<TV_L2_PREFETCH, group_blocks(S, GR)>(stage(tile), tile, k, group_block(S, GR, 0));
+          cp_async_mbar_arrive(full(tile, GR));
+        }
       };
       Pages ka, kb;
       ld.pages(0, ka);
@@ -345,17 +359,26 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
     float s[SN];
     uint32_t pa[BN / 16][4];
     auto fence_s = [&]() { fence_operands(s); };
-    // group gr of Q K^T (tile) into s, once it has landed
+    // group gr of Q K^T (tile) into s, once it has landed (TV_BLOCK_BARS: each column block once it has)
     auto qk_group = [&](int tile, auto gr_c) {
       constexpr int GR = decltype(gr_c)::value;
       const uint32_t qb = opaque(sQ), kb = opaque(stage(tile));  // (visible bases: ptxas hoists every descriptor and spills)
       const uint64_t dq = kstep_desc(qb, BM, 0), dk = kstep_desc(kb, BN, 0);
-      mbar_wait(full(tile, GR), (tile >> 1) & 1);
-      trace_pair(C, tile >> 1, PairEvent(kGroupIn + GR));
-      fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+      auto landed = [&](int bar) {
+        mbar_wait(full(tile, bar), (tile >> 1) & 1);
+        fence_proxy_async();  // cp.async (generic proxy) writes -> wgmma (async proxy) reads
+      };
+      if constexpr (!TV_BLOCK_BARS) {
+        landed(GR);
+        trace_pair(C, tile >> 1, PairEvent(kGroupIn + GR));
+      }
       wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < group_blocks(C, GR); ++j)
+      for (int j = 0; j < group_blocks(C, GR); ++j) {
+        if constexpr (TV_BLOCK_BARS) {
+          landed(group_block(C, GR, j));
+          if (j == 0) trace_pair(C, tile >> 1, PairEvent(kGroupIn + GR));  // (its first block)
+        }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int ks = 4 * group_block(C, GR, j) + k;
@@ -364,6 +387,7 @@ __device__ __forceinline__ void verify_partial_pairs(const tv::VerifyParams& p) 
           else if (GR == 0 && j == 0 && k == 0)
             for (int i = 0; i < SN; ++i) s[i] = 0.f;
         }
+      }
       wgmma_commit();
     };
     // scores stay unscaled: the max is scaled once and each exponent takes the scale in its FFMA,

@@ -352,6 +352,25 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
 
 
 @pytest.mark.sass
+def test_block_barriers_switch_waits_for_each_column_block():
+    """TV_BLOCK_BARS=1 puts each of a tile's 9 column blocks on its own mbarrier in the pair
+    schedule: it builds without spills or serialised wgmma (traced too), inits 9 mbarriers a stage
+    where the default inits 3, and waits 9 times a tile in each math warpgroup where the default waits
+    twice (once a group)."""
+    spec = KERNELS["wgmma_seesaw"]
+    for d in ({"TV_BLOCK_BARS": 1}, {"TV_BLOCK_BARS": 1, "TV_TRACE": 1}):
+        _assert_builds_clean(spec, d)
+
+    def count(defines: dict, prefix: str) -> int:
+        listing = kernels.sass_instructions(kernels.sass(spec.source, defines=defines))
+        return sum((x.split()[1] if x.startswith("@") else x.split()[0]).startswith(prefix) for _, x in listing)
+
+    inits, waits = (count({}, "SYNCS.EXCH.64"), count({}, "SYNCS.PHASECHK"))
+    assert count({"TV_BLOCK_BARS": 1}, "SYNCS.EXCH.64") == 3 * inits == 18
+    assert 2 * count({"TV_BLOCK_BARS": 1}, "SYNCS.PHASECHK") == 9 * waits
+
+
+@pytest.mark.sass
 def test_mask_bits_switch_drops_the_per_key_mask_loads():
     """The seesaw kernel masks its tree tiles from two 64-bit words a tile (the host's packed bits),
     in both schedules, and exports that it reads them; TV_MASK_BITS=0 loads each key's mask byte
