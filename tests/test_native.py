@@ -1962,3 +1962,18 @@ def test_nan_in_used_inputs_reaches_the_rows_that_use_them(impl):
         assert torch.equal(out.isnan(), ref_o.isnan()) and bool(ref_o.isnan().any())
         assert torch.equal(lse.isnan(), ref_l.isnan())
         assert relative_error(out[1], ref_o[1]) < 1e-2
+
+
+def test_session46_chain_table_is_the_recorded_pair_trace():
+    """The forty-sixth session's table (docs/kernel_notes.md): warpgroup 1's Q K^T (b) chain at 32k
+    x 8 x 257, the medians of data/history/session45_h100.json's pair trace."""
+    runs = _h100_session(45)
+    cyc = next(r for r in runs["run1_trace_257"]["runs"] if r["defines"].get("TV_PAIR") == 1 and r["context"] == 32768)[
+        "median_cycles"
+    ]
+    keys = ("w0.prev_pv_done", "ld.issued_l1", "w1.late_in", "w1.qk_done")
+    got = [f"{round(cyc[k]):,}" for k in keys]
+    assert got == ["1,083", "1,338", "2,349", "3,282"]
+    section = (ROOT / "docs" / "kernel_notes.md").read_text().split("### The forty-sixth session")[1].split("### ")[0]
+    for v in got:
+        assert f"| {v} |" in section, v
