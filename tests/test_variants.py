@@ -268,6 +268,18 @@ def test_wide_clock_is_cycles_over_global_nanoseconds():
     assert c["epilogue_pv_to_sums"] == 8_100 and c["epilogue_pv_stores"] == 9_900
 
 
+def _mnemonic(instruction: str) -> str:
+    """'@!P0 SYNCS.PHASECHK.TRANS64.TRYWAIT P0, ...' -> 'SYNCS.PHASECHK.TRANS64.TRYWAIT' (its suffixes
+    kept, which kernels.opcode drops)."""
+    words = instruction.split()
+    return words[1] if words[0].startswith("@") else words[0]
+
+
+def _listing(spec, defines: dict | None = None) -> list[str]:
+    """The instructions of ``spec``'s build with ``defines``, in order."""
+    return [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
+
+
 def _assert_builds_clean(spec, defines: dict) -> None:
     """The build of ``spec`` with ``defines`` compiles without spills, a stack frame or serialised wgmma."""
     f = kernels.nvcc_check(spec.source, defines=defines)[spec.entry]
@@ -317,19 +329,19 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
     a tile come before the arrive that hands their max over; with TV_MAX_FIRST only the rescale
     factors' do."""
     spec = KERNELS["wgmma_seesaw"]
-    default = kernels.sass_instructions(kernels.sass(spec.source))
+    built = {"": _listing(spec)}  # each build compiled once: "" the default, else the switch's name
     for name in ("TV_PV_FIRST", "TV_MAX_FIRST", "TV_FREE_FIRST"):
         _assert_builds_clean(spec, {name: 1})
-        listing = kernels.sass_instructions(kernels.sass(spec.source, defines={name: 1}))
-        assert [x for _, x in listing] != [x for _, x in default], name
+        built[name] = _listing(spec, {name: 1})
+        assert built[name] != built[""], name
     for name in ("TV_MAX_FIRST", "TV_FREE_FIRST"):
         _assert_builds_clean(spec, {name: 1, "TV_TRACE": 1})
 
-    def exps_before_arrive(defines: dict) -> list[int]:
+    def exps_before_arrive(listing: list[str]) -> list[int]:
         """MUFU.EX2 since the last wgmma, at each BAR.ARV that follows at least one of them."""
         counts, run = [], 0
-        for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines)):
-            op = x.split()[1] if x.startswith("@") else x.split()[0]
+        for x in listing:
+            op = _mnemonic(x)
             if op.startswith("HGMMA"):
                 run = 0
             elif op.startswith("MUFU.EX2"):
@@ -339,15 +351,14 @@ def test_pair_schedule_switches_build_clean_and_change_what_they_name():
                 run = 0
         return counts
 
-    assert sum(exps_before_arrive({})) >= 64 and sum(exps_before_arrive({"TV_MAX_FIRST": 1})) <= 8
+    assert sum(exps_before_arrive(built[""])) >= 64 and sum(exps_before_arrive(built["TV_MAX_FIRST"])) <= 8
 
-    def waits(defines: dict) -> tuple[int, int]:
+    def waits(listing: list[str]) -> tuple[int, int]:
         """The wgmma waits for all groups and for all but the newest one."""
-        text = [x for _, x in kernels.sass_instructions(kernels.sass(spec.source, defines=defines))]
-        return tuple(sum(x.strip() == f"WARPGROUP.DEPBAR.LE gsb0, 0x{k}" for x in text) for k in (0, 1))
+        return tuple(sum(x.strip() == f"WARPGROUP.DEPBAR.LE gsb0, 0x{k}" for x in listing) for k in (0, 1))
 
     # warpgroup 0's wait for P V (a - 1) becomes a wait for all: nothing of Q K^T (a) is issued yet
-    (all0, but0), (all1, but1) = waits({}), waits({"TV_FREE_FIRST": 1})
+    (all0, but0), (all1, but1) = waits(built[""]), waits(built["TV_FREE_FIRST"])
     assert (all1, but1) == (all0 + 1, but0 - 1) and but1 >= 1
 
 
@@ -361,13 +372,13 @@ def test_block_barriers_switch_waits_for_each_column_block():
     for d in ({"TV_BLOCK_BARS": 1}, {"TV_BLOCK_BARS": 1, "TV_TRACE": 1}):
         _assert_builds_clean(spec, d)
 
-    def count(defines: dict, prefix: str) -> int:
-        listing = kernels.sass_instructions(kernels.sass(spec.source, defines=defines))
-        return sum((x.split()[1] if x.startswith("@") else x.split()[0]).startswith(prefix) for _, x in listing)
+    default, blocks = _listing(spec), _listing(spec, {"TV_BLOCK_BARS": 1})
 
-    inits, waits = (count({}, "SYNCS.EXCH.64"), count({}, "SYNCS.PHASECHK"))
-    assert count({"TV_BLOCK_BARS": 1}, "SYNCS.EXCH.64") == 3 * inits == 18
-    assert 2 * count({"TV_BLOCK_BARS": 1}, "SYNCS.PHASECHK") == 9 * waits
+    def count(listing: list[str], prefix: str) -> int:
+        return sum(_mnemonic(x).startswith(prefix) for x in listing)
+
+    assert count(blocks, "SYNCS.EXCH.64") == 3 * count(default, "SYNCS.EXCH.64") == 18
+    assert 2 * count(blocks, "SYNCS.PHASECHK") == 9 * count(default, "SYNCS.PHASECHK")
 
 
 @pytest.mark.sass
